@@ -1,0 +1,75 @@
+/**
+ * The HTTP application: request ids, authentication, the error body, and one
+ * router per resource family. Composition (storage, clock, config) is injected.
+ */
+import { Hono } from "hono";
+import { HTTPException } from "hono/http-exception";
+import { authenticate } from "./auth.ts";
+import type { ApiDeps, AppEnv } from "./context.ts";
+import { ApiError } from "./errors.ts";
+import { agentRoutes } from "./routes/agents.ts";
+import { environmentRoutes } from "./routes/environments.ts";
+import { eventRoutes } from "./routes/events.ts";
+import { fileRoutes } from "./routes/files.ts";
+import { memoryStoreRoutes } from "./routes/memory-stores.ts";
+import { sessionRoutes } from "./routes/sessions.ts";
+import { skillRoutes } from "./routes/skills.ts";
+import { vaultRoutes } from "./routes/vaults.ts";
+import { workRoutes } from "./routes/work.ts";
+
+export interface AppInfo {
+  version: string;
+}
+
+export function createApp(deps: ApiDeps, info: AppInfo = { version: "0.0.0" }): Hono<AppEnv> {
+  const app = new Hono<AppEnv>();
+
+  app.use("*", async (c, next) => {
+    const requestId = deps.ids("req");
+    c.set("deps", deps);
+    c.set("requestId", requestId);
+    c.set("credential", null);
+    c.header("request-id", requestId);
+    const started = performance.now();
+    await next();
+    // One structured line per request; credentials are never logged.
+    deps.logger.info(
+      { method: c.req.method, path: c.req.path, status: c.res.status, ms: Math.round(performance.now() - started), request_id: requestId },
+      "request",
+    );
+  });
+
+  app.onError((err, c) => {
+    const requestId = c.get("requestId") ?? null;
+    if (err instanceof ApiError) {
+      for (const [k, v] of Object.entries(err.headers ?? {})) c.header(k, v);
+      return c.json(err.body(requestId), err.status);
+    }
+    if (err instanceof HTTPException) {
+      const type = err.status === 413 ? "request_too_large" : "invalid_request_error";
+      const apiErr = new ApiError(err.status as 400, type, err.message || "invalid request");
+      return c.json(apiErr.body(requestId), apiErr.status);
+    }
+    deps.logger.error({ err: { message: err.message, stack: err.stack }, requestId, path: c.req.path }, "unhandled error");
+    return c.json(new ApiError(500, "api_error", "internal server error").body(requestId), 500);
+  });
+
+  app.notFound((c) => {
+    const err = new ApiError(404, "not_found_error", `no route for ${c.req.method} ${c.req.path}`);
+    return c.json(err.body(c.get("requestId") ?? null), 404);
+  });
+
+  app.get("/health", (c) => c.json({ status: "ok", version: info.version, storage: { backend: deps.storage.dialect } }));
+
+  app.use("/v1/*", authenticate);
+  app.route("/v1/agents", agentRoutes());
+  app.route("/v1/environments", workRoutes());
+  app.route("/v1/environments", environmentRoutes());
+  app.route("/v1/sessions", eventRoutes());
+  app.route("/v1/sessions", sessionRoutes());
+  app.route("/v1/vaults", vaultRoutes());
+  app.route("/v1/files", fileRoutes());
+  app.route("/v1/skills", skillRoutes());
+  app.route("/v1/memory_stores", memoryStoreRoutes());
+  return app;
+}

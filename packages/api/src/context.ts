@@ -1,0 +1,34 @@
+/** What every route can reach through `c.get(...)`: injected, never global. */
+import type { Clock, IdFactory, Storage } from "@openma/storage";
+import type { Credential } from "./auth.ts";
+
+export interface Logger {
+  info(obj: object, msg?: string): void;
+  warn(obj: object, msg?: string): void;
+  error(obj: object, msg?: string): void;
+}
+
+export const silentLogger: Logger = { info() {}, warn() {}, error() {} };
+
+export interface ApiDeps {
+  storage: Storage;
+  clock: Clock;
+  ids: IdFactory;
+  logger: Logger;
+  /** Admin API keys supplied by configuration (OPENMA_API_KEY), compared by hash. */
+  configuredApiKeyHashes: ReadonlySet<string>;
+  /** Public base URL put into work secrets (`api_base_url`). */
+  publicBaseUrl?: string | undefined;
+  /** Work lease TTL reported to workers. */
+  workTtlSeconds: number;
+  /** Upper bound for a long-poll wait (the API caps block_ms at 999). */
+  sse: { keepAliveMs: number };
+}
+
+export type AppEnv = {
+  Variables: {
+    deps: ApiDeps;
+    requestId: string;
+    credential: Credential | null;
+  };
+};

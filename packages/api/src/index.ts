@@ -1,0 +1,4 @@
+export * from "./app.ts";
+export * from "./auth.ts";
+export * from "./context.ts";
+export * from "./errors.ts";

@@ -1,0 +1,7 @@
+import { Hono } from "hono";
+import type { AppEnv } from "../context.ts";
+
+// Placeholder router: filled in by its own change.
+export function vaultRoutes(): Hono<AppEnv> {
+  return new Hono<AppEnv>();
+}

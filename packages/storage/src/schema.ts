@@ -1,0 +1,207 @@
+/**
+ * Row types of every table. JSON documents are stored as TEXT on both
+ * backends so one migration set and one query set serve SQLite and Postgres.
+ * Timestamps are RFC 3339 strings with millisecond precision (fixed width, so
+ * they sort lexicographically in both engines).
+ */
+export interface ApiKeyRow {
+  id: string;
+  key_hash: string;
+  name: string;
+  created_at: string;
+  revoked_at: string | null;
+}
+
+export interface AgentRow {
+  id: string;
+  version: number;
+  name: string;
+  body: string;
+  created_at: string;
+  updated_at: string;
+  archived_at: string | null;
+}
+
+export interface AgentVersionRow {
+  agent_id: string;
+  version: number;
+  body: string;
+  created_at: string;
+}
+
+export interface EnvironmentRow {
+  id: string;
+  name: string;
+  config_type: string;
+  body: string;
+  created_at: string;
+  updated_at: string;
+  archived_at: string | null;
+}
+
+export interface EnvironmentKeyRow {
+  key_hash: string;
+  environment_id: string;
+  created_at: string;
+  revoked_at: string | null;
+}
+
+export interface SessionRow {
+  id: string;
+  agent_id: string;
+  agent_version: number;
+  environment_id: string;
+  status: string;
+  body: string;
+  /** Highest event sequence number appended so far (the event log's head). */
+  last_seq: number;
+  created_at: string;
+  updated_at: string;
+  archived_at: string | null;
+}
+
+export interface SessionEventRow {
+  session_id: string;
+  seq: number;
+  id: string;
+  type: string;
+  processed_at: string;
+  body: string;
+  /** Uniqueness key for idempotent appends (e.g. one tool result per tool_use_id). */
+  dedupe_key: string | null;
+}
+
+export interface SessionResourceRow {
+  id: string;
+  session_id: string;
+  type: string;
+  body: string;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface WorkItemRow {
+  id: string;
+  environment_id: string;
+  session_id: string | null;
+  data: string;
+  state: string;
+  metadata: string;
+  created_at: string;
+  acknowledged_at: string | null;
+  started_at: string | null;
+  latest_heartbeat_at: string | null;
+  /** The exact `last_heartbeat` string last returned; compared verbatim on heartbeat. */
+  last_heartbeat: string | null;
+  stop_requested_at: string | null;
+  stopped_at: string | null;
+  polled_at: string | null;
+  polled_by: string | null;
+  lease_expires_at: string | null;
+  ttl_seconds: number;
+  token_hash: string | null;
+}
+
+export interface VaultRow {
+  id: string;
+  body: string;
+  created_at: string;
+  updated_at: string;
+  archived_at: string | null;
+}
+
+export interface VaultCredentialRow {
+  id: string;
+  vault_id: string;
+  body: string;
+  /** Secret material (tokens, secret values): never returned by the API. */
+  secret: string;
+  created_at: string;
+  updated_at: string;
+  archived_at: string | null;
+}
+
+export interface FileRow {
+  id: string;
+  filename: string;
+  mime_type: string;
+  size_bytes: number;
+  sha256: string;
+  blob_key: string;
+  scope: string | null;
+  downloadable: number;
+  expires_at: string | null;
+  created_at: string;
+}
+
+export interface SkillRow {
+  id: string;
+  display_name: string;
+  source: string;
+  latest_version_id: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface SkillVersionRow {
+  id: string;
+  skill_id: string;
+  name: string;
+  description: string;
+  blob_key: string;
+  created_at: string;
+}
+
+export interface MemoryStoreRow {
+  id: string;
+  body: string;
+  created_at: string;
+  updated_at: string;
+  archived_at: string | null;
+}
+
+export interface MemoryRow {
+  id: string;
+  memory_store_id: string;
+  path: string;
+  content: string;
+  content_sha256: string;
+  content_size_bytes: number;
+  memory_version_id: string;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface MemoryVersionRow {
+  id: string;
+  memory_id: string;
+  memory_store_id: string;
+  operation: string;
+  path: string | null;
+  content: string | null;
+  content_sha256: string | null;
+  content_size_bytes: number | null;
+  created_by: string | null;
+  created_at: string;
+  redacted_at: string | null;
+}
+
+export interface Database {
+  api_keys: ApiKeyRow;
+  agents: AgentRow;
+  agent_versions: AgentVersionRow;
+  environments: EnvironmentRow;
+  environment_keys: EnvironmentKeyRow;
+  sessions: SessionRow;
+  session_events: SessionEventRow;
+  session_resources: SessionResourceRow;
+  work_items: WorkItemRow;
+  vaults: VaultRow;
+  vault_credentials: VaultCredentialRow;
+  files: FileRow;
+  skills: SkillRow;
+  skill_versions: SkillVersionRow;
+  memory_stores: MemoryStoreRow;
+  memories: MemoryRow;
+  memory_versions: MemoryVersionRow;
+}

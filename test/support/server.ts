@@ -1,0 +1,43 @@
+/**
+ * Starts the real server (real HTTP, real storage backend) for a test and
+ * hands back an official SDK client pointed at it by `baseURL` only.
+ */
+import Anthropic from "@anthropic-ai/sdk";
+import { silentLogger } from "@openma/api";
+import type { Dialect } from "@openma/storage";
+import { openTestStorage, type TestStorage } from "@openma/storage/testing";
+import { loadConfig } from "../../apps/openma/src/config.ts";
+import { type RunningServer, startServer } from "../../apps/openma/src/server.ts";
+
+export const TEST_API_KEY = "sk-ant-api03-test-admin-key-0123456789";
+
+export interface TestServer {
+  server: RunningServer;
+  store: TestStorage;
+  baseURL: string;
+  apiKey: string;
+  client: Anthropic;
+  /** A client with another credential (environment key, sessions token). */
+  clientWith(authToken: string): Anthropic;
+  close(): Promise<void>;
+}
+
+export async function startTestServer(dialect: Dialect, env: Record<string, string> = {}): Promise<TestServer> {
+  const store = await openTestStorage(dialect);
+  const config = loadConfig({ PORT: "0", OPENMA_DATA_DIR: store.dataDir, OPENMA_API_KEY: TEST_API_KEY, LOG_LEVEL: "silent", ...env });
+  const server = await startServer(config, { storage: store.storage, logger: silentLogger });
+  const baseURL = server.url;
+  const clientWith = (authToken: string) => new Anthropic({ baseURL, apiKey: null, authToken, maxRetries: 0 });
+  return {
+    server,
+    store,
+    baseURL,
+    apiKey: TEST_API_KEY,
+    client: new Anthropic({ baseURL, apiKey: TEST_API_KEY, maxRetries: 0 }),
+    clientWith,
+    async close() {
+      await server.close();
+      await store.cleanup();
+    },
+  };
+}
