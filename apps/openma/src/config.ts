@@ -7,6 +7,11 @@ const schema = z.object({
   HOST: z.string().default("127.0.0.1"),
   OPENMA_DATA_DIR: z.string().default("./.openma"),
   DATABASE_URL: z.string().optional(),
+  // Postgres schema to create and use (several processes sharing one isolated test database).
+  OPENMA_PG_SCHEMA: z
+    .string()
+    .regex(/^[a-z_][a-z0-9_]*$/, "OPENMA_PG_SCHEMA must be a lower-case identifier")
+    .optional(),
   OPENMA_API_KEY: z.string().min(16, "OPENMA_API_KEY must be at least 16 characters").optional(),
   OPENMA_PUBLIC_URL: z.url().optional(),
   OPENMA_WORK_TTL_SECONDS: z.coerce.number().int().min(2).max(3600).default(120),
@@ -19,6 +24,7 @@ export interface ServerConfig {
   host: string;
   dataDir: string;
   databaseUrl: string | undefined;
+  pgSchema: string | undefined;
   apiKey: string | undefined;
   publicUrl: string | undefined;
   workTtlSeconds: number;
@@ -38,6 +44,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
     host: e.HOST,
     dataDir: resolve(e.OPENMA_DATA_DIR),
     databaseUrl: e.DATABASE_URL,
+    pgSchema: e.OPENMA_PG_SCHEMA,
     apiKey: e.OPENMA_API_KEY,
     publicUrl: e.OPENMA_PUBLIC_URL,
     workTtlSeconds: e.OPENMA_WORK_TTL_SECONDS,

@@ -37,6 +37,7 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
     (await openStorage({
       dataDir: config.dataDir,
       databaseUrl: config.databaseUrl,
+      pgSchema: config.pgSchema,
       onBackgroundError: (err) => logger.warn({ err: err.message }, "storage background error"),
     }));
   const adminKey = await ensureAdminKey(storage, config.dataDir, config.apiKey);
@@ -57,6 +58,22 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
   await new Promise<void>((resolve, reject) => {
     server.once("listening", resolve);
     server.once("error", reject);
+  });
+  // Requests Node rejects before they reach the app (oversized headers or URL,
+  // malformed framing) still get the API's error body instead of an empty reply.
+  server.on("clientError", (err: NodeJS.ErrnoException, socket) => {
+    if (!socket.writable) return socket.destroy();
+    const tooLarge = err.code === "HPE_HEADER_OVERFLOW";
+    const status = tooLarge ? "431 Request Header Fields Too Large" : "400 Bad Request";
+    const requestId = deps.ids("req");
+    const body = JSON.stringify({
+      type: "error",
+      error: { type: "invalid_request_error", message: tooLarge ? "request headers or URL too large" : "malformed HTTP request" },
+      request_id: requestId,
+    });
+    socket.end(
+      `HTTP/1.1 ${status}\r\ncontent-type: application/json\r\nrequest-id: ${requestId}\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+    );
   });
   const { port } = server.address() as AddressInfo;
   const url = `http://${config.host}:${port}`;

@@ -50,6 +50,16 @@ export function createApp(deps: ApiDeps, info: AppInfo = { version: "0.0.0" }): 
       const apiErr = new ApiError(err.status as 400, type, err.message || "invalid request");
       return c.json(apiErr.body(requestId), apiErr.status);
     }
+    if (isDataException(err)) {
+      // Safety net: a value the database cannot represent is the caller's input, not our failure.
+      deps.logger.warn({ err: err.message, requestId, path: c.req.path }, "database rejected a value");
+      return c.json(
+        new ApiError(400, "invalid_request_error", "a value in the request cannot be stored (out of range or not representable)").body(
+          requestId,
+        ),
+        400,
+      );
+    }
     deps.logger.error({ err: { message: err.message, stack: err.stack }, requestId, path: c.req.path }, "unhandled error");
     return c.json(new ApiError(500, "api_error", "internal server error").body(requestId), 500);
   });
@@ -72,4 +82,10 @@ export function createApp(deps: ApiDeps, info: AppInfo = { version: "0.0.0" }): 
   app.route("/v1/skills", skillRoutes());
   app.route("/v1/memory_stores", memoryStoreRoutes());
   return app;
+}
+
+/** Postgres SQLSTATE class 22 ("data exception"): value out of range, bad encoding, … */
+function isDataException(err: Error): boolean {
+  const e = err as Error & { code?: unknown; severity?: unknown };
+  return typeof e.code === "string" && e.code.startsWith("22") && typeof e.severity === "string";
 }

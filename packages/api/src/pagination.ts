@@ -22,6 +22,8 @@ export function decodeCursor(token: string | undefined): Cursor | undefined {
   if (token === undefined) return undefined;
   try {
     const value = JSON.parse(Buffer.from(token, "base64url").toString("utf8"));
+    // Postgres text cannot hold NUL: such a key would fail the keyset query with a 500.
+    if (typeof value?.k === "string" && value.k.includes("\u0000")) throw badRequest("page: invalid page cursor");
     if (value && typeof value.k === "string" && (value.d === undefined || value.d === "next" || value.d === "prev")) return value;
   } catch {
     // fall through

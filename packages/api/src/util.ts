@@ -17,6 +17,8 @@ export function fromJson<T>(text: string): T {
 
 /** Path parameters are user input too: bound their length before they reach SQL. */
 export function pathId(c: Context<AppEnv>, name: string): string {
-  const value = c.req.param(name) ?? "";
+  // No id contains NUL, and Postgres text cannot hold it (a query would fail with a 500):
+  // map it to U+FFFD, which no id contains either, so the route answers its usual 404.
+  const value = (c.req.param(name) ?? "").replaceAll("\u0000", "\uFFFD");
   return value.length > 256 ? value.slice(0, 256) : value;
 }

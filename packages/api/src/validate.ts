@@ -37,7 +37,39 @@ export async function parseJsonBody<T extends z.ZodType>(c: Context, schema: T, 
       throw badRequest("request body is not valid JSON");
     }
   }
+  const problem = bodyShapeProblem(value);
+  if (problem) throw badRequest(problem);
   return parseWith(schema, value, "body");
+}
+
+const MAX_BODY_DEPTH = 64;
+
+/**
+ * Refuses, once at the edge, what no field of this API needs and what would
+ * hurt later: NUL characters (Postgres text cannot hold them) and absurd
+ * nesting (recursive validators would exhaust the stack). Iterative, so the
+ * check itself cannot overflow.
+ */
+function bodyShapeProblem(root: unknown): string | null {
+  const stack: Array<{ value: unknown; path: string; depth: number }> = [{ value: root, path: "body", depth: 0 }];
+  while (stack.length > 0) {
+    const { value, path, depth } = stack.pop()!;
+    if (typeof value === "string") {
+      if (value.includes("\u0000")) return `${path}: must not contain NUL characters`;
+      continue;
+    }
+    if (value === null || typeof value !== "object") continue;
+    if (depth >= MAX_BODY_DEPTH) return `${path}: nested more than ${MAX_BODY_DEPTH} levels deep`;
+    if (Array.isArray(value)) {
+      for (const [i, v] of value.entries()) stack.push({ value: v, path: `${path}[${i}]`, depth: depth + 1 });
+      continue;
+    }
+    for (const [k, v] of Object.entries(value)) {
+      if (k.includes("\u0000")) return `${path}: keys must not contain NUL characters`;
+      stack.push({ value: v, path: `${path}.${k}`, depth: depth + 1 });
+    }
+  }
+  return null;
 }
 
 /**
@@ -50,6 +82,8 @@ export function queryObject(c: Context): Record<string, string | string[]> {
   const url = new URL(c.req.url);
   for (const [rawKey, value] of url.searchParams) {
     if (value === "") continue;
+    // Postgres text cannot hold NUL: refuse it here instead of failing a query with a 500.
+    if (value.includes("\u0000")) throw badRequest(`query.${rawKey}: must not contain NUL characters`);
     if (rawKey.endsWith("[]")) {
       const key = rawKey.slice(0, -2);
       const prev = out[key];

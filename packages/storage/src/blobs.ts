@@ -4,7 +4,7 @@
  * Keys are relative slash-separated names chosen by the server, never by users.
  */
 import { createHash, randomBytes } from "node:crypto";
-import { mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { dirname, join, resolve, sep } from "node:path";
 
 export interface BlobStore {
@@ -13,6 +13,15 @@ export interface BlobStore {
   get(key: string): Promise<Buffer | null>;
   delete(key: string): Promise<void>;
   exists(key: string): Promise<boolean>;
+  /** Keys under a `/`-separated prefix, for garbage collection. Optional: not every store can enumerate. */
+  list?(prefix: string): Promise<BlobListing[]>;
+}
+
+export interface BlobListing {
+  key: string;
+  size: number;
+  /** Last write, epoch ms: GC keeps young objects so in-flight writers are not swept. */
+  modifiedAt: number;
 }
 
 export function sha256Hex(data: Uint8Array | string): string {
@@ -71,5 +80,30 @@ export class FsBlobStore implements BlobStore {
     } catch {
       return false;
     }
+  }
+
+  async list(prefix: string): Promise<BlobListing[]> {
+    const out: BlobListing[] = [];
+    const walk = async (dir: string, keyPrefix: string): Promise<void> => {
+      let names: import("node:fs").Dirent[];
+      try {
+        names = await readdir(dir, { withFileTypes: true });
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === "ENOENT") return;
+        throw err;
+      }
+      for (const d of names) {
+        const key = `${keyPrefix}/${d.name}`;
+        if (d.isDirectory()) await walk(join(dir, d.name), key);
+        // Skip in-flight `put` temporaries: they are not blobs yet.
+        else if (d.isFile() && !d.name.includes(".tmp-")) {
+          const st = await stat(join(dir, d.name)).catch(() => null);
+          if (st) out.push({ key, size: st.size, modifiedAt: st.mtimeMs });
+        }
+      }
+    };
+    const clean = prefix.replace(/\/+$/, "");
+    await walk(this.pathOf(clean), clean);
+    return out;
   }
 }

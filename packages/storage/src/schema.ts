@@ -76,6 +76,8 @@ export interface SessionResourceRow {
   session_id: string;
   type: string;
   body: string;
+  /** Secret material (a GitHub `authorization_token`): never returned by the API. */
+  secret: string | null;
   created_at: string;
   updated_at: string;
 }
@@ -100,6 +102,13 @@ export interface WorkItemRow {
   lease_expires_at: string | null;
   ttl_seconds: number;
   token_hash: string | null;
+}
+
+/** Last poll of each `Anthropic-Worker-ID` per environment (queue stats). */
+export interface WorkPollerRow {
+  environment_id: string;
+  worker_id: string;
+  last_seen_at: string;
 }
 
 export interface VaultRow {
@@ -184,6 +193,8 @@ export interface MemoryVersionRow {
   created_by: string | null;
   created_at: string;
   redacted_at: string | null;
+  /** Actor JSON of the redaction (migration 0004). */
+  redacted_by: string | null;
 }
 
 export interface Database {
@@ -196,6 +207,7 @@ export interface Database {
   session_events: SessionEventRow;
   session_resources: SessionResourceRow;
   work_items: WorkItemRow;
+  work_pollers: WorkPollerRow;
   vaults: VaultRow;
   vault_credentials: VaultCredentialRow;
   files: FileRow;

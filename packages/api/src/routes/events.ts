@@ -1,7 +1,248 @@
+/**
+ * `/v1/sessions/{id}/events`: list, send and the SSE stream (§5). Mounted
+ * before the sessions router. All three accept an API key, or an environment
+ * key / sessions token scoped to the session (the worker uses them).
+ */
+import { toIso } from "@openma/storage";
+import type { Context } from "hono";
 import { Hono } from "hono";
+import { z } from "zod";
+import { assertSessionScope, requireCredential } from "../auth.ts";
 import type { AppEnv } from "../context.ts";
+import { badRequest } from "../errors.ts";
+import { appendEvents, eventSeq, logicalTick, notifySession, readEventsAfterShared, sessionTopic } from "../event-log.ts";
+import { decodeCursor, pageOf, pageQuery } from "../pagination.ts";
+import {
+  DELTA_TYPES,
+  draftFromParam,
+  EVENT_TYPES,
+  type EventParam,
+  sendEventsProblem,
+  sendEventsSchema,
+  WORK_BEARING_TYPES,
+} from "../schemas/events.ts";
+import { type SseChannel, sseResponse } from "../sse.ts";
+import { limitBody } from "../uploads.ts";
+import { fromJson, pathId } from "../util.ts";
+import { parseJsonBody, parseQuery, queryArray } from "../validate.ts";
+import { ensureSessionWork } from "../work-queue.ts";
+import { checkRubricFiles, EVENTS_BODY_LIMIT, environmentType, loadSessionRow, notifyWorkers, readableSession } from "./sessions.ts";
 
-// Placeholder router: filled in by its own change.
+const timestamp = z.iso.datetime({ offset: true });
+const SEQ_MAX = Number.MAX_SAFE_INTEGER;
+
+const listQuery = z.object({
+  ...pageQuery(1000, 100),
+  order: z.enum(["asc", "desc"]).optional(),
+  types: queryArray(z.enum(EVENT_TYPES)).optional(),
+  "created_at[gt]": timestamp.optional(),
+  "created_at[gte]": timestamp.optional(),
+  "created_at[lt]": timestamp.optional(),
+  "created_at[lte]": timestamp.optional(),
+});
+
+async function listEvents(c: Context<AppEnv>, sessionId: string) {
+  await readableSession(c, sessionId);
+  const q = parseQuery(c, listQuery);
+  const cursor = decodeCursor(q.page);
+  const after = cursor ? Number(cursor.k) : undefined;
+  if (after !== undefined && !(Number.isSafeInteger(after) && after >= 0 && after <= SEQ_MAX))
+    throw badRequest("page: invalid page cursor");
+  const order = q.order ?? "asc";
+  let query = c
+    .get("deps")
+    .storage.db.selectFrom("session_events")
+    .select(["seq", "body"])
+    .where("session_id", "=", sessionId)
+    .orderBy("seq", order)
+    .limit(q.limit + 1);
+  if (after !== undefined) query = query.where("seq", order === "asc" ? ">" : "<", after);
+  if (q.types?.length) query = query.where("type", "in", q.types);
+  for (const [op, key] of [
+    [">", "created_at[gt]"],
+    [">=", "created_at[gte]"],
+    ["<", "created_at[lt]"],
+    ["<=", "created_at[lte]"],
+  ] as const) {
+    const value = q[key];
+    if (value) query = query.where("processed_at", op, new Date(value).toISOString());
+  }
+  const rows = await query.execute();
+  return pageOf(
+    rows,
+    q.limit,
+    (row) => String(row.seq),
+    (row) => fromJson<Record<string, unknown>>(row.body),
+  );
+}
+
+/** The agent event each tool answer must refer to, by event type. */
+const ANSWERS: Partial<Record<EventParam["type"], { field: string; types: string[] }>> = {
+  "user.tool_result": { field: "tool_use_id", types: ["agent.tool_use"] },
+  "user.custom_tool_result": { field: "custom_tool_use_id", types: ["agent.custom_tool_use"] },
+  "user.tool_confirmation": { field: "tool_use_id", types: ["agent.tool_use", "agent.mcp_tool_use"] },
+};
+
+/** Each tool result/confirmation must answer a tool use of this session (a permanent 400 otherwise). */
+async function checkAnswers(c: Context<AppEnv>, sessionId: string, events: readonly EventParam[]): Promise<void> {
+  const refs = events.flatMap((e, i) => {
+    const rule = ANSWERS[e.type];
+    return rule ? [{ i, rule, id: String((e as Record<string, unknown>)[rule.field]) }] : [];
+  });
+  if (refs.length === 0) return;
+  const rows = await c
+    .get("deps")
+    .storage.db.selectFrom("session_events")
+    .select(["id", "type"])
+    .where("session_id", "=", sessionId)
+    .where(
+      "id",
+      "in",
+      refs.map((r) => r.id),
+    )
+    .execute();
+  const typeOf = new Map(rows.map((r) => [r.id, r.type]));
+  for (const ref of refs) {
+    if (!ref.rule.types.includes(typeOf.get(ref.id) ?? "")) {
+      throw badRequest(
+        `events[${ref.i}].${ref.rule.field}: no ${ref.rule.types.join(" or ")} event ${JSON.stringify(ref.id)} in this session`,
+      );
+    }
+  }
+}
+
+async function sendEvents(c: Context<AppEnv>, sessionId: string) {
+  const session = await readableSession(c, sessionId);
+  const input = await parseJsonBody(c, sendEventsSchema);
+  const problem = sendEventsProblem(input.events);
+  if (problem) throw badRequest(problem);
+  const deps = c.get("deps");
+  const { db } = deps.storage;
+  if (session.archived_at || session.status === "terminated") {
+    throw badRequest(`session ${JSON.stringify(sessionId)} is terminated and accepts no more events`);
+  }
+  const selfHosted = (await environmentType(db, session.environment_id)) === "self_hosted";
+  const toolResult = input.events.findIndex((e) => e.type === "user.tool_result");
+  if (toolResult >= 0 && !selfHosted) {
+    throw badRequest(`events[${toolResult}]: user.tool_result is accepted only on sessions of self_hosted environments`);
+  }
+  await checkAnswers(c, sessionId, input.events);
+  await checkRubricFiles(db, input.events, "events");
+  const drafts = input.events.map((e) => draftFromParam(e, deps.ids));
+  const result = await db.transaction().execute(async (trx) => {
+    const appended = await appendEvents(deps, sessionId, drafts, { trx });
+    const needsWork = selfHosted && appended.appended.some((e) => WORK_BEARING_TYPES.has(e.type));
+    const work = needsWork ? await ensureSessionWork(trx, deps, session.environment_id, sessionId) : null;
+    return { ...appended, work };
+  });
+  if (result.appended.length > 0) await notifySession(deps, sessionId);
+  if (result.work?.created) await notifyWorkers(c, session.environment_id);
+  return { data: result.events };
+}
+
+/** Coalesces bus wake-ups: any number of wakes while a read runs cause one more read. */
+class Wakeups {
+  private pending = true;
+  private resume: (() => void) | null = null;
+  /** Logical time of the latest wake-up (see readEventsAfterShared). */
+  wokeAt = logicalTick();
+  readonly wake = (): void => {
+    this.wokeAt = logicalTick();
+    this.pending = true;
+    const resume = this.resume;
+    this.resume = null;
+    resume?.();
+  };
+  async next(): Promise<void> {
+    if (!this.pending) await new Promise<void>((resolve) => (this.resume = resolve));
+    this.pending = false;
+  }
+}
+
+const READ_BATCH = 200;
+
+/**
+ * Delivers the log from `cursor` on, re-reading the table on every wake-up
+ * (the bus carries no data), in bounded batches so the log is never held in
+ * memory. Ends on disconnect, after `session.deleted`, or when the session
+ * row is gone (deletion removes the log: the stream reports it itself).
+ */
+async function follow(c: Context<AppEnv>, sessionId: string, startSeq: number, wakeups: Wakeups, channel: SseChannel) {
+  const deps = c.get("deps");
+  const { db } = deps.storage;
+  let cursor = startSeq;
+  channel.signal.addEventListener("abort", wakeups.wake, { once: true });
+  for (;;) {
+    await wakeups.next();
+    if (channel.signal.aborted) return;
+    for (;;) {
+      const { rows: batch, startedAt } = await readEventsAfterShared(db, sessionId, cursor, READ_BATCH);
+      for (const event of batch) {
+        if (!(await channel.send({ event: event.type, id: event.id, data: event.body }))) return;
+        cursor = event.seq;
+        if (event.type === "session.deleted") return;
+      }
+      // A full batch may have more behind it; a shared read that began before our wake-up may miss what woke us.
+      if (batch.length === READ_BATCH || startedAt < wakeups.wokeAt) continue;
+      if (batch.length === 0 && !(await db.selectFrom("sessions").select("id").where("id", "=", sessionId).executeTakeFirst())) {
+        const deleted = { id: deps.ids("sevt"), type: "session.deleted", processed_at: toIso(deps.clock.now()) };
+        await channel.send({ event: deleted.type, id: deleted.id, data: JSON.stringify(deleted) });
+        return;
+      }
+      break;
+    }
+  }
+}
+
+const streamQuery = z.object({
+  event_deltas: queryArray(z.enum(DELTA_TYPES)).optional(),
+  // OpenMA extension: resume after this event, like the Last-Event-ID header.
+  after_id: z.string().min(1).max(256).optional(),
+});
+
+async function streamEvents(c: Context<AppEnv>, sessionId: string): Promise<Response> {
+  const credential = requireCredential(c, "api_key", "environment_key", "sessions_token");
+  // `event_deltas` is accepted; nothing produces previews yet, so only whole events are sent.
+  const q = parseQuery(c, streamQuery);
+  const afterId = c.req.header("last-event-id")?.trim() || q.after_id;
+  if (afterId && afterId.length > 256) throw badRequest("Last-Event-ID: must be at most 256 characters");
+  const deps = c.get("deps");
+  const { db, bus } = deps.storage;
+  const wakeups = new Wakeups();
+  // Subscribe before reading the head: an append in between then still wakes us.
+  const unsubscribe = bus.subscribe(sessionTopic(sessionId), wakeups.wake);
+  let startSeq: number;
+  try {
+    const session = await loadSessionRow(db, sessionId);
+    assertSessionScope(credential, sessionId, session.environment_id);
+    startSeq = session.last_seq;
+    if (afterId) {
+      const seq = await eventSeq(db, sessionId, afterId);
+      if (seq === undefined) throw badRequest(`Last-Event-ID: event ${JSON.stringify(afterId)} is not in this session's log`);
+      startSeq = seq;
+    }
+  } catch (err) {
+    unsubscribe();
+    throw err;
+  }
+  return sseResponse(
+    c,
+    {
+      keepAliveMs: deps.sse.keepAliveMs,
+      // A lost bus notification then costs at most one keep-alive interval.
+      onKeepAlive: wakeups.wake,
+      onError: (err) => deps.logger.error({ err: { message: err.message }, session_id: sessionId }, "event stream failed"),
+    },
+    (channel) => follow(c, sessionId, startSeq, wakeups, channel).finally(unsubscribe),
+  );
+}
+
 export function eventRoutes(): Hono<AppEnv> {
-  return new Hono<AppEnv>();
+  const r = new Hono<AppEnv>();
+  r.get("/:session_id/events", async (c) => c.json(await listEvents(c, pathId(c, "session_id"))));
+  r.post("/:session_id/events", limitBody(EVENTS_BODY_LIMIT, "request body"), async (c) =>
+    c.json(await sendEvents(c, pathId(c, "session_id"))),
+  );
+  r.get("/:session_id/events/stream", (c) => streamEvents(c, pathId(c, "session_id")));
+  return r;
 }

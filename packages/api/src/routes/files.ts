@@ -1,7 +1,140 @@
+/**
+ * `/v1/files` (API key only; no anthropic-beta header required): multipart
+ * upload into content-addressed blobs, metadata, list, raw download, delete.
+ * Expired files read as 404 `file_expired` and drop out of listings.
+ */
+import { contentKey, type FileRow } from "@openma/storage";
+import type { Context } from "hono";
 import { Hono } from "hono";
+import { requireCredential } from "../auth.ts";
 import type { AppEnv } from "../context.ts";
+import { ApiError, badRequest, notFound } from "../errors.ts";
+import { decodeCursor, pageOf } from "../pagination.ts";
+import { expiresInSeconds, FILE_UPLOAD_LIMIT_BYTES, fileListQuery, uploadFilename, uploadMimeType } from "../schemas/file.ts";
+import { contentDisposition, formText, limitBody, putBlob, readMultipart, releaseBlob } from "../uploads.ts";
+import { newIdFor, nowIso, pathId } from "../util.ts";
+import { parseQuery, parseWith } from "../validate.ts";
 
-// Placeholder router: filled in by its own change.
+export const FILE_BLOB_NAMESPACE = "files";
+
+export interface FileMetadata {
+  type: "file";
+  id: string;
+  filename: string;
+  mime_type: string;
+  size_bytes: number;
+  created_at: string;
+  downloadable: boolean;
+  expires_at: string | null;
+  scope: { type: "session"; id: string } | null;
+}
+
+export function renderFile(row: FileRow): FileMetadata {
+  return {
+    type: "file",
+    id: row.id,
+    filename: row.filename,
+    mime_type: row.mime_type,
+    size_bytes: Number(row.size_bytes),
+    created_at: row.created_at,
+    downloadable: Number(row.downloadable) === 1,
+    expires_at: row.expires_at,
+    scope: row.scope ? { type: "session", id: row.scope } : null,
+  };
+}
+
+/** A file that exists and has not expired (404 `file_expired` once it has). */
+export async function loadLiveFile(c: Context<AppEnv>, id: string): Promise<FileRow> {
+  const row = await c.get("deps").storage.db.selectFrom("files").selectAll().where("id", "=", id).executeTakeFirst();
+  if (!row) throw notFound("file", id);
+  if (row.expires_at !== null && row.expires_at <= nowIso(c)) {
+    throw new ApiError(404, "not_found_error", `file ${JSON.stringify(id)} has expired`, { error_code: "file_expired" });
+  }
+  return row;
+}
+
 export function fileRoutes(): Hono<AppEnv> {
-  return new Hono<AppEnv>();
+  const r = new Hono<AppEnv>();
+  r.use("*", async (c, next) => {
+    requireCredential(c, "api_key");
+    await next();
+  });
+
+  r.post("/", limitBody(FILE_UPLOAD_LIMIT_BYTES, "file upload"), async (c) => {
+    const form = await readMultipart(c);
+    const part = form.get("file");
+    if (part === null) throw badRequest("file: a multipart part named file is required");
+    if (typeof part === "string") throw badRequest("file: expected a file part, got a text field");
+    const filename = uploadFilename(part.name);
+    const expiresText = formText(form, "expires_in_seconds");
+    const expiresIn = expiresText === undefined ? undefined : parseWith(expiresInSeconds, expiresText, "expires_in_seconds");
+    const data = new Uint8Array(await part.arrayBuffer());
+    const deps = c.get("deps");
+    const { key, sha256 } = contentKey(FILE_BLOB_NAMESPACE, data);
+    const now = deps.clock.now();
+    const row: FileRow = {
+      id: newIdFor(c, "file"),
+      filename,
+      mime_type: uploadMimeType(part.type, filename),
+      size_bytes: data.byteLength,
+      sha256,
+      blob_key: key,
+      scope: null,
+      downloadable: 1,
+      expires_at: expiresIn === undefined ? null : new Date(now + expiresIn * 1000).toISOString(),
+      created_at: new Date(now).toISOString(),
+    };
+    await putBlob(deps.storage, key, data);
+    await deps.storage.db.insertInto("files").values(row).execute();
+    await putBlob(deps.storage, key, data);
+    return c.json(renderFile(row));
+  });
+
+  r.get("/", async (c) => {
+    const q = parseQuery(c, fileListQuery);
+    const cursor = decodeCursor(q.page);
+    const now = nowIso(c);
+    let query = c
+      .get("deps")
+      .storage.db.selectFrom("files")
+      .selectAll()
+      .where((eb) => eb.or([eb("expires_at", "is", null), eb("expires_at", ">", now)]))
+      .orderBy("id", "desc")
+      .limit(q.limit + 1);
+    if (cursor) query = query.where("id", "<", cursor.k);
+    if (q.ids) query = query.where("id", "in", q.ids);
+    if (q.scope_id) query = query.where("scope", "=", q.scope_id);
+    const rows = await query.execute();
+    return c.json(pageOf(rows, q.limit, (row) => row.id, renderFile));
+  });
+
+  r.get("/:file_id", async (c) => c.json(renderFile(await loadLiveFile(c, pathId(c, "file_id")))));
+
+  r.get("/:file_id/content", async (c) => {
+    const row = await loadLiveFile(c, pathId(c, "file_id"));
+    if (Number(row.downloadable) !== 1) {
+      throw badRequest(`file ${JSON.stringify(row.id)} is not downloadable`, { error_code: "file_not_downloadable" });
+    }
+    const data = await c.get("deps").storage.blobs.get(row.blob_key);
+    if (!data) throw notFound("file content", row.id);
+    return c.body(new Uint8Array(data), 200, {
+      "content-type": row.mime_type,
+      "content-length": String(data.byteLength),
+      "content-disposition": contentDisposition(row.filename),
+    });
+  });
+
+  r.delete("/:file_id", async (c) => {
+    const id = pathId(c, "file_id");
+    const { storage } = c.get("deps");
+    const row = await storage.db.deleteFrom("files").where("id", "=", id).returning(["blob_key"]).executeTakeFirst();
+    if (!row) throw notFound("file", id);
+    await releaseBlob(storage, row.blob_key, async () => {
+      const other = await storage.db.selectFrom("files").select("id").where("blob_key", "=", row.blob_key).limit(1).executeTakeFirst();
+      return !!other;
+    });
+    return c.json({ id, type: "file_deleted" as const });
+  });
+
+  return r;
 }

@@ -1,0 +1,105 @@
+/**
+ * The one Server-Sent Events writer of the codebase. What the official SDK
+ * needs (reference §5.2, §3.4): status 200, headers on the wire at once (the
+ * session runner awaits them before anything else, so a comment is written
+ * immediately), an `event:` line on every message (messages without one are
+ * dropped by the SDK), keep-alives as comments (never events: a periodic event
+ * would keep an idle worker from letting go), and `event: error` for failures.
+ */
+import type { Context } from "hono";
+
+export interface SseMessage {
+  event: string;
+  id?: string | undefined;
+  /** The payload, already serialised (stored events are sent byte-for-byte). */
+  data: string;
+}
+
+export interface SseChannel {
+  /** Writes one message; resolves false once the client is gone (nothing more will be written). */
+  send(message: SseMessage): Promise<boolean>;
+  /** Aborted when the client disconnects or the stream is closed. */
+  readonly signal: AbortSignal;
+}
+
+export interface SseOptions {
+  keepAliveMs: number;
+  /** Runs on every keep-alive tick (e.g. to re-check a source whose wake-up may have been lost). */
+  onKeepAlive?: () => void;
+  /** Called with an unexpected failure of the producer (after an `event: error` was sent). */
+  onError?: (err: Error) => void;
+}
+
+/** One SSE message. Every line of `data` gets its own `data:` field (JSON has none, so JSON is one line). */
+export function formatSseMessage(message: SseMessage): string {
+  let out = `event: ${oneLine(message.event)}\n`;
+  if (message.id !== undefined) out += `id: ${oneLine(message.id)}\n`;
+  for (const line of message.data.split(/\r\n|\r|\n/)) out += `data: ${line}\n`;
+  return `${out}\n`;
+}
+
+export function formatSseComment(text: string): string {
+  return `: ${oneLine(text)}\n\n`;
+}
+
+// Field values must not break the framing: a stray newline would start a new field.
+function oneLine(value: string): string {
+  return value.replace(/[\r\n]+/g, " ");
+}
+
+/**
+ * Answers the request with an event stream fed by `produce`. The stream ends
+ * when `produce` returns (or throws: an `event: error` is sent first) or when
+ * the client disconnects; either way `produce`'s signal is aborted and the
+ * keep-alive timer stops.
+ */
+export function sseResponse(c: Context, opts: SseOptions, produce: (channel: SseChannel) => Promise<void>): Response {
+  const encoder = new TextEncoder();
+  const lifetime = new AbortController();
+  // Readable high-water mark 0: each write waits until the HTTP layer pulls it (backpressure).
+  const { readable, writable } = new TransformStream<Uint8Array, Uint8Array>();
+  const writer = writable.getWriter();
+  const requestSignal = c.req.raw.signal;
+
+  const close = () => {
+    if (lifetime.signal.aborted) return;
+    lifetime.abort();
+    clearInterval(keepAlive);
+    requestSignal.removeEventListener("abort", close);
+    writer.close().catch(() => {});
+  };
+  const write = async (text: string): Promise<boolean> => {
+    if (lifetime.signal.aborted) return false;
+    try {
+      await writer.write(encoder.encode(text));
+      return true;
+    } catch {
+      close();
+      return false;
+    }
+  };
+
+  requestSignal.addEventListener("abort", close, { once: true });
+  const keepAlive = setInterval(() => {
+    void write(formatSseComment("keep-alive"));
+    opts.onKeepAlive?.();
+  }, opts.keepAliveMs);
+  keepAlive.unref?.();
+  if (requestSignal.aborted) close();
+
+  void write(formatSseComment("connected"));
+  const channel: SseChannel = { send: (message) => write(formatSseMessage(message)), signal: lifetime.signal };
+  produce(channel)
+    .catch(async (err: Error) => {
+      opts.onError?.(err);
+      const body = { type: "error", error: { type: "api_error", message: "the event stream failed; reconnect to resume" } };
+      await write(formatSseMessage({ event: "error", data: JSON.stringify(body) }));
+    })
+    .finally(close);
+
+  return c.body(readable, 200, {
+    "content-type": "text/event-stream; charset=utf-8",
+    "cache-control": "no-cache",
+    "x-accel-buffering": "no",
+  });
+}

@@ -1,0 +1,183 @@
+/** The work queue below the HTTP layer: long-poll waiting, race-free enqueue, claims and lease CAS. */
+import { ManualClock, newId } from "@openma/storage";
+import { BACKENDS, openTestStorage, type TestStorage } from "@openma/storage/testing";
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
+import { type ApiDeps, silentLogger } from "./context.ts";
+import { ApiError } from "./errors.ts";
+import {
+  ackWork,
+  claimWork,
+  ensureSessionWork,
+  heartbeatWork,
+  NO_HEARTBEAT,
+  stopSessionWork,
+  stopWork,
+  waitForWork,
+} from "./work-queue.ts";
+
+describe("waitForWork", () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  function fakeBus() {
+    const listeners = new Set<() => void>();
+    return {
+      subscribe: (cb: () => void) => {
+        listeners.add(cb);
+        return () => listeners.delete(cb);
+      },
+      publish: () => {
+        for (const cb of listeners) cb();
+      },
+      listeners,
+    };
+  }
+
+  it("returns at once when the first try finds work, and without blocking when blockMs is 0", async () => {
+    const bus = fakeBus();
+    expect(await waitForWork({ subscribe: bus.subscribe, claim: async () => "item", blockMs: 999 })).toBe("item");
+    const claim = vi.fn(async () => null);
+    expect(await waitForWork({ subscribe: bus.subscribe, claim, blockMs: 0 })).toBeNull();
+    expect(claim).toHaveBeenCalledTimes(1);
+    expect(bus.listeners.size).toBe(0);
+  });
+
+  it("tries again on a wake-up and gives up at the deadline without another try", async () => {
+    vi.useFakeTimers();
+    const bus = fakeBus();
+    const results: Array<string | null> = [null, null, "late"];
+    const claim = vi.fn(async () => results.shift() ?? null);
+    const waiting = waitForWork({ subscribe: bus.subscribe, claim, blockMs: 500 });
+    await vi.advanceTimersByTimeAsync(100);
+    expect(claim).toHaveBeenCalledTimes(1);
+    bus.publish();
+    await vi.advanceTimersByTimeAsync(0);
+    expect(claim).toHaveBeenCalledTimes(2);
+    await vi.advanceTimersByTimeAsync(400);
+    expect(await waiting).toBeNull();
+    expect(claim).toHaveBeenCalledTimes(2);
+    expect(bus.listeners.size).toBe(0);
+  });
+
+  it("notices a wake-up that arrives while a try is running", async () => {
+    vi.useFakeTimers();
+    const bus = fakeBus();
+    let calls = 0;
+    const claim = async () => {
+      calls++;
+      if (calls === 1) {
+        bus.publish(); // an enqueue committed between the read and the wait
+        return null;
+      }
+      return "found";
+    };
+    expect(await waitForWork({ subscribe: bus.subscribe, claim, blockMs: 500 })).toBe("found");
+  });
+
+  it("stops waiting when the client goes away", async () => {
+    const bus = fakeBus();
+    const controller = new AbortController();
+    const waiting = waitForWork({ subscribe: bus.subscribe, claim: async () => null, blockMs: 60_000, signal: controller.signal });
+    controller.abort();
+    expect(await waiting).toBeNull();
+    expect(bus.listeners.size).toBe(0);
+  });
+});
+
+describe.each(BACKENDS)("work queue on %s", (dialect) => {
+  let store: TestStorage;
+  let deps: ApiDeps;
+  let clock: ManualClock;
+  const env = "env_test";
+
+  beforeAll(async () => {
+    store = await openTestStorage(dialect);
+    clock = new ManualClock();
+    deps = {
+      storage: store.storage,
+      clock,
+      ids: newId,
+      logger: silentLogger,
+      configuredApiKeyHashes: new Set(),
+      publicBaseUrl: undefined,
+      workTtlSeconds: 30,
+      sse: { keepAliveMs: 15_000 },
+    };
+  });
+  afterAll(async () => store?.cleanup());
+
+  const enqueue = (sessionId: string) => store.storage.db.transaction().execute((trx) => ensureSessionWork(trx, deps, env, sessionId));
+  const liveItems = (sessionId: string) =>
+    store.storage.db
+      .selectFrom("work_items")
+      .select(["id", "state"])
+      .where("session_id", "=", sessionId)
+      .where("state", "!=", "stopped")
+      .execute();
+
+  it("creates exactly one live item per session under concurrent enqueues", async () => {
+    const sessionId = newId("sesn");
+    const results = await Promise.all(Array.from({ length: 8 }, () => enqueue(sessionId)));
+    expect(results.filter((r) => r.created)).toHaveLength(1);
+    expect(new Set(results.map((r) => r.workId)).size).toBe(1);
+    expect(await liveItems(sessionId)).toHaveLength(1);
+  });
+
+  it("hands one item to exactly one of several concurrent pollers", async () => {
+    const environmentId = newId("env");
+    await store.storage.db.transaction().execute((trx) => ensureSessionWork(trx, deps, environmentId, newId("sesn")));
+    const claims = await Promise.all(
+      Array.from({ length: 6 }, () => claimWork(deps, environmentId, { reclaimOlderThanMs: 5000, workerId: undefined })),
+    );
+    expect(claims.filter((c) => c !== null)).toHaveLength(1);
+  });
+
+  it("stops gracefully or by force, and enqueues anew once the item is stopped", async () => {
+    const unpolled = newId("sesn");
+    const { workId: w1 } = await enqueue(unpolled);
+    await store.storage.db.transaction().execute((trx) => stopSessionWork(trx, deps, unpolled, { force: false }));
+    // Nobody was handed the item, so there is nobody to wait for.
+    expect(await liveItems(unpolled)).toEqual([]);
+    const again = await enqueue(unpolled);
+    expect(again.created).toBe(true);
+    expect(again.workId).not.toBe(w1);
+
+    const held = newId("sesn");
+    const environmentId = newId("env");
+    const { workId } = await store.storage.db.transaction().execute((trx) => ensureSessionWork(trx, deps, environmentId, held));
+    expect(await claimWork(deps, environmentId, { reclaimOlderThanMs: 5000, workerId: "w" })).not.toBeNull();
+    await ackWork(deps, environmentId, workId);
+    await store.storage.db.transaction().execute((trx) => stopSessionWork(trx, deps, held, { force: false }));
+    expect(await liveItems(held)).toEqual([{ id: workId, state: "stopping" }]);
+    // While the holder's lease runs, the stopping item stays the session's live item.
+    expect(await store.storage.db.transaction().execute((trx) => ensureSessionWork(trx, deps, environmentId, held))).toEqual({
+      workId,
+      created: false,
+    });
+    // Once the lease is gone nobody will ever stop it: the next enqueue finishes it off.
+    clock.advance(91_000);
+    const fresh = await store.storage.db.transaction().execute((trx) => ensureSessionWork(trx, deps, environmentId, held));
+    expect(fresh.created).toBe(true);
+
+    await store.storage.db.transaction().execute((trx) => stopSessionWork(trx, deps, held, { force: true }));
+    expect(await liveItems(held)).toEqual([]);
+    await expect(stopWork(deps, environmentId, fresh.workId, true)).rejects.toMatchObject({ status: 409 });
+  });
+
+  it("never hands out the same last_heartbeat twice, even on a frozen clock", async () => {
+    const environmentId = newId("env");
+    const { workId } = await store.storage.db.transaction().execute((trx) => ensureSessionWork(trx, deps, environmentId, newId("sesn")));
+    await ackWork(deps, environmentId, workId);
+    const opts = (expected: string) => ({ expected, desiredTtlSeconds: undefined });
+    const first = await heartbeatWork(deps, environmentId, workId, opts(NO_HEARTBEAT));
+    const second = await heartbeatWork(deps, environmentId, workId, opts(first.last_heartbeat));
+    expect(second.last_heartbeat > first.last_heartbeat).toBe(true);
+    const stale = await heartbeatWork(deps, environmentId, workId, opts(first.last_heartbeat)).catch((e: unknown) => e);
+    expect(stale).toBeInstanceOf(ApiError);
+    expect((stale as ApiError).status).toBe(412);
+    // Omitting the expectation beats against the current value.
+    const third = await heartbeatWork(deps, environmentId, workId, { expected: undefined, desiredTtlSeconds: 5 });
+    expect(third).toMatchObject({ lease_extended: true, state: "active", ttl_seconds: 5 });
+  });
+});
