@@ -4,6 +4,7 @@ import { initial } from "./migrations/0001_initial.ts";
 import { work } from "./migrations/0002_work.ts";
 import { sessions } from "./migrations/0003_sessions.ts";
 import { resources } from "./migrations/0004_resources.ts";
+import { runtimeFence } from "./migrations/0005_runtime_fence.ts";
 
 /** Ordered by name; a new migration is a new file plus one line here. */
 export const migrations: Record<string, Migration> = {
@@ -11,6 +12,7 @@ export const migrations: Record<string, Migration> = {
   "0002_work": work,
   "0003_sessions": sessions,
   "0004_resources": resources,
+  "0005_runtime_fence": runtimeFence,
 };
 const provider: MigrationProvider = { getMigrations: async () => migrations };
 

@@ -216,4 +216,60 @@ export interface Database {
   memory_stores: MemoryStoreRow;
   memories: MemoryRow;
   memory_versions: MemoryVersionRow;
+  runtime_fences: RuntimeFenceRow;
+  runtime_publications: RuntimePublicationRow;
+  runtime_orphans: RuntimeOrphanRow;
+}
+
+/** One resource fence per runtime scope (times are epoch ms; refs are canonical JSON). */
+export interface RuntimeFenceRow {
+  scope_key: string;
+  environment_id: string;
+  session_id: string;
+  generation: number;
+  owner_id: string;
+  token_hash: string;
+  acquired_at_ms: number;
+  expires_at_ms: number;
+  released_at_ms: number | null;
+  revision: number;
+  published_generation: number | null;
+  published_at_ms: number | null;
+  workspace_ref: string | null;
+  outputs_ref: string | null;
+  runtime_checkpoint_ref: string | null;
+}
+
+/** One row per fenced publication: the active pointers after that revision. */
+export interface RuntimePublicationRow {
+  scope_key: string;
+  revision: number;
+  generation: number;
+  owner_id: string;
+  idempotency_key: string;
+  request_digest: string;
+  workspace_ref: string | null;
+  outputs_ref: string | null;
+  runtime_checkpoint_ref: string | null;
+  published_at_ms: number;
+}
+
+/** Token-free record of compute whose hard kill failed. */
+export interface RuntimeOrphanRow {
+  id: string;
+  scope_key: string;
+  environment_id: string;
+  session_id: string;
+  generation: number;
+  provider: string;
+  runtime_id: string;
+  lease: string;
+  reason: string;
+  state: string;
+  attempts: number;
+  next_attempt_at_ms: number;
+  last_error: string | null;
+  created_at_ms: number;
+  updated_at_ms: number;
+  resolved_at_ms: number | null;
 }
