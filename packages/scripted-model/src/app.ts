@@ -6,11 +6,11 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { HttpBindings } from "@hono/node-server";
 import { RESPONSE_ALREADY_SENT } from "@hono/node-server/utils/response";
+import type { Scheduler } from "@openma/time";
 import { type Context, Hono } from "hono";
 import { type ErrorType, errorBody, errorTypeFor, randomId, statusFor } from "./errors.ts";
 import { FaultQueue, ScriptState, type TurnLease } from "./queue.ts";
 import { type MessagesRequest, messagesRequestSchema, redactHeaders } from "./request.ts";
-import type { Scheduler } from "./scheduler.ts";
 import { describeIssues, type Fault, parseFault, parseScript, ScriptError, type ScriptInput, type Turn } from "./script.ts";
 import { type StreamCut, writeSse } from "./stream.ts";
 import { buildResponse } from "./wire.ts";

@@ -4,9 +4,9 @@
  */
 import type { AddressInfo } from "node:net";
 import { serve } from "@hono/node-server";
+import { realScheduler, type Scheduler } from "@openma/time";
 import { createScriptedModelApp, type RecordedRequest, ScriptedModelCore } from "./app.ts";
 import type { UnusedTurn } from "./queue.ts";
-import { realScheduler, type Scheduler } from "./scheduler.ts";
 import type { FaultInput, ScriptInput } from "./script.ts";
 
 export interface ScriptedModelOptions {

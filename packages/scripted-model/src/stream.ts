@@ -5,8 +5,8 @@
  * N-th event rather than somewhere in a buffer.
  */
 import type { ServerResponse } from "node:http";
+import type { Scheduler } from "@openma/time";
 import type { ErrorType } from "./errors.ts";
-import type { Scheduler } from "./scheduler.ts";
 import { sseFrame, type WireEvent } from "./wire.ts";
 
 export type StreamCut = { kind: "drop"; after: number } | { kind: "error"; after: number; errorType: ErrorType; message: string };
