@@ -1,0 +1,237 @@
+/**
+ * `checkpoint_restore`, read side. A candidate is trusted only after every
+ * byte is proven: the manifest must hash to its id and pass hostile-input
+ * validation, every chunk must hash to its reference, every file to its
+ * recorded SHA-256. The tree is built in a fresh staging directory beside the
+ * target and swapped in only when complete, so a rejected candidate leaves
+ * the target exactly as it was. `restoreLatestVerified` walks candidates
+ * newest-first and stops at the first one that verifies: a corrupt revision
+ * falls back to the previous one, never to an empty workspace.
+ */
+import { randomBytes } from "node:crypto";
+import { constants } from "node:fs";
+import { chmod, type FileHandle, lstat, mkdir, mkdtemp, open, rename, rm, symlink } from "node:fs/promises";
+import { basename, dirname, join, resolve } from "node:path";
+import { type BlobStore, sha256Hex } from "@openma/storage/blobs";
+import { DEFAULT_CONCURRENCY, forEachLimit } from "./concurrency.ts";
+import { FileDigest } from "./digest.ts";
+import { type Issue, type IssueCode, IssueError, issue, toIssue } from "./issues.ts";
+import {
+  type CheckpointEntry,
+  type CheckpointLimits,
+  type CheckpointManifest,
+  type ChunkRef,
+  checkpointManifestKey,
+  chunkKey,
+  DEFAULT_CHECKPOINT_LIMITS,
+  parseCheckpointManifest,
+  type SymlinkPolicy,
+} from "./manifest.ts";
+import { HEX64 } from "./paths.ts";
+
+export interface RestoreOptions {
+  limits?: Partial<CheckpointLimits>;
+  symlinks?: SymlinkPolicy;
+  /** Files written in parallel (each also prefetches a few chunks). */
+  concurrency?: number;
+}
+
+export interface RestoreStats {
+  entries: number;
+  files: number;
+  bytes: number;
+  chunks: number;
+}
+
+export type RestoreResult = { ok: true; id: string; stats: RestoreStats } | { ok: false; id: string; error: Issue };
+
+/** Errors that say nothing about the candidate itself: trying an older one would not help. */
+const INFRASTRUCTURE: ReadonlySet<IssueCode> = new Set(["store_error", "target_error"]);
+
+const PREFETCH = 4;
+
+export async function loadCheckpointManifest(
+  store: BlobStore,
+  id: string,
+  opts: Pick<RestoreOptions, "limits" | "symlinks"> = {},
+): Promise<{ ok: true; manifest: CheckpointManifest } | { ok: false; error: Issue }> {
+  const limits = { ...DEFAULT_CHECKPOINT_LIMITS, ...opts.limits };
+  if (typeof id !== "string" || !HEX64.test(id)) {
+    return { ok: false, error: { code: "invalid_id", path: "", message: "candidate id must be 64 lowercase hex characters" } };
+  }
+  let bytes: Buffer | null;
+  try {
+    bytes = await store.get(checkpointManifestKey(id));
+  } catch (err) {
+    return { ok: false, error: toIssue(err, "store_error") };
+  }
+  if (bytes === null) return { ok: false, error: { code: "manifest_missing", path: "", message: `checkpoint ${id} has no manifest` } };
+  if (bytes.length > limits.maxManifestBytes) {
+    return {
+      ok: false,
+      error: { code: "manifest_invalid", path: "", message: `manifest is larger than ${limits.maxManifestBytes} bytes` },
+    };
+  }
+  if (sha256Hex(bytes) !== id) {
+    return { ok: false, error: { code: "manifest_corrupt", path: "", message: "manifest bytes do not hash to the candidate id" } };
+  }
+  const parsed = parseCheckpointManifest(bytes, limits, opts.symlinks ?? "contained");
+  if (!parsed.ok) return { ok: false, error: { code: "manifest_invalid", path: "", message: parsed.message } };
+  return parsed;
+}
+
+export async function restoreCheckpoint(store: BlobStore, id: string, target: string, opts: RestoreOptions = {}): Promise<RestoreResult> {
+  const loaded = await loadCheckpointManifest(store, id, opts);
+  if (!loaded.ok) return { ok: false, id, error: loaded.error };
+  const { manifest } = loaded;
+  const abs = resolve(target);
+  let staging: string;
+  try {
+    staging = await mkdtemp(join(dirname(abs), `.${basename(abs)}.restore-`));
+  } catch (err) {
+    return { ok: false, id, error: toIssue(err, "target_error") };
+  }
+  try {
+    await materialize(store, manifest, staging, opts.concurrency ?? DEFAULT_CONCURRENCY);
+    await swapInto(staging, abs);
+  } catch (err) {
+    await rm(staging, { recursive: true, force: true });
+    return { ok: false, id, error: toIssue(err, "target_error") };
+  }
+  const files = manifest.entries.filter((e) => e.type === "file");
+  return {
+    ok: true,
+    id,
+    stats: {
+      entries: manifest.entries.length,
+      files: files.length,
+      bytes: files.reduce((n, f) => n + f.size, 0),
+      chunks: files.reduce((n, f) => n + f.chunks.length, 0),
+    },
+  };
+}
+
+export type LatestVerifiedResult =
+  | { ok: true; id: string; stats: RestoreStats; rejected: Array<{ id: string; error: Issue }> }
+  | { ok: false; error: Issue; rejected: Array<{ id: string; error: Issue }> };
+
+/**
+ * Restores the newest candidate that verifies. Candidate faults (missing,
+ * corrupt, truncated, hostile) move on to the next; infrastructure faults
+ * (store or target unusable) stop at once, because an older candidate would
+ * be "chosen" only because the newer one could not be read right now.
+ */
+export async function restoreLatestVerified(
+  store: BlobStore,
+  candidatesNewestFirst: readonly string[],
+  target: string,
+  opts: RestoreOptions = {},
+): Promise<LatestVerifiedResult> {
+  const rejected: Array<{ id: string; error: Issue }> = [];
+  for (const id of candidatesNewestFirst) {
+    const r = await restoreCheckpoint(store, id, target, opts);
+    if (r.ok) return { ok: true, id, stats: r.stats, rejected };
+    if (INFRASTRUCTURE.has(r.error.code)) return { ok: false, error: r.error, rejected };
+    rejected.push({ id, error: r.error });
+  }
+  const message =
+    candidatesNewestFirst.length === 0
+      ? "no checkpoint candidates to restore"
+      : `none of ${candidatesNewestFirst.length} candidates verified; the target was left unchanged`;
+  return { ok: false, error: { code: "no_verified_candidate", path: "", message }, rejected };
+}
+
+/**
+ * Builds the tree: directories first (owner-writable until the end), then
+ * files (exclusive create, never through a link), then symlinks last, so no
+ * write can ever be redirected by a link the manifest itself created.
+ */
+async function materialize(store: BlobStore, manifest: CheckpointManifest, staging: string, concurrency: number): Promise<void> {
+  const dirs = manifest.entries.filter((e) => e.type === "dir");
+  const depth = (p: string) => p.split("/").length;
+  dirs.sort((a, b) => depth(a.path) - depth(b.path));
+  for (const d of dirs) await mkdir(join(staging, d.path), { mode: 0o700 });
+  const files = manifest.entries.filter((e) => e.type === "file");
+  await forEachLimit(files, concurrency, (f) => writeVerifiedFile(store, staging, f));
+  for (const e of manifest.entries) if (e.type === "symlink") await symlink(e.target, join(staging, e.path));
+  for (const d of dirs.reverse()) await chmod(join(staging, d.path), d.mode);
+}
+
+async function writeVerifiedFile(store: BlobStore, staging: string, f: Extract<CheckpointEntry, { type: "file" }>): Promise<void> {
+  const fh = await open(join(staging, f.path), constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
+  try {
+    const hash = new FileDigest();
+    const queue: Promise<{ data: Buffer; sha256: string }>[] = [];
+    let next = 0;
+    const refill = () => {
+      while (queue.length < PREFETCH && next < f.chunks.length) {
+        const ref = f.chunks[next++]!;
+        const p = fetchChunk(store, f.path, ref).then((data) => ({ data, sha256: ref.sha256 }));
+        p.catch(() => undefined); // awaited in order below; avoids an unhandled rejection if an earlier one fails first
+        queue.push(p);
+      }
+    };
+    refill();
+    while (queue.length > 0) {
+      const { data, sha256 } = await queue.shift()!;
+      refill();
+      hash.add(data, sha256);
+      await writeAll(fh, data);
+    }
+    if (hash.digest() !== f.sha256) throw issue("file_corrupt", f.path, "restored bytes do not match the file's recorded sha256");
+    await fh.chmod(f.mode);
+  } finally {
+    await fh.close();
+  }
+}
+
+async function fetchChunk(store: BlobStore, path: string, ref: ChunkRef): Promise<Buffer> {
+  let data: Buffer | null;
+  try {
+    data = await store.get(chunkKey(ref.sha256));
+  } catch (err) {
+    throw new IssueError(toIssue(err, "store_error", path));
+  }
+  if (data === null) throw issue("chunk_missing", path, `chunk ${ref.sha256} is missing from the store`);
+  if (data.length !== ref.size)
+    throw issue("chunk_corrupt", path, `chunk ${ref.sha256} is ${data.length} bytes, expected ${ref.size} (truncated?)`);
+  if (sha256Hex(data) !== ref.sha256) throw issue("chunk_corrupt", path, `chunk ${ref.sha256} does not match its hash`);
+  return data;
+}
+
+async function writeAll(fh: FileHandle, data: Buffer): Promise<void> {
+  let off = 0;
+  while (off < data.length) {
+    const { bytesWritten } = await fh.write(data, off, data.length - off);
+    off += bytesWritten;
+  }
+}
+
+/**
+ * Moves the finished tree into place. With no existing target this is one
+ * atomic rename. Otherwise the old tree is renamed aside first (POSIX rename
+ * cannot replace a non-empty directory): a crash between the two renames
+ * leaves the old tree intact under `.<name>.old-*`, never a half-written one.
+ */
+async function swapInto(staging: string, target: string): Promise<void> {
+  const present = await lstat(target).then(
+    () => true,
+    (err: NodeJS.ErrnoException) => {
+      if (err.code === "ENOENT") return false;
+      throw err;
+    },
+  );
+  if (!present) {
+    await rename(staging, target);
+    return;
+  }
+  const aside = join(dirname(target), `.${basename(target)}.old-${randomBytes(6).toString("hex")}`);
+  await rename(target, aside);
+  try {
+    await rename(staging, target);
+  } catch (err) {
+    await rename(aside, target);
+    throw err;
+  }
+  await rm(aside, { recursive: true, force: true });
+}
