@@ -3,9 +3,11 @@
  * wrapping the keyset position (the last id served). A malformed cursor is a
  * 400, never a 500 or a silent restart from the beginning.
  */
+import type { Database } from "@openma/storage";
+import { type Kysely, sql } from "kysely";
 import { z } from "zod";
 import { badRequest } from "./errors.ts";
-import { queryInt } from "./validate.ts";
+import { queryBool, queryInt } from "./validate.ts";
 
 export interface Cursor {
   /** Keyset position: the sort key of the last item served. */
@@ -50,4 +52,49 @@ export function pageOf<Row, Out>(rows: Row[], limit: number, key: (row: Row) => 
     data: pageRows.map(render),
     next_page: hasMore && last !== undefined ? encodeCursor({ k: key(last) }) : null,
   };
+}
+
+/** The list query every archivable document resource accepts. */
+export const documentListQuery = (maxLimit = 100) =>
+  z.object({
+    ...pageQuery(maxLimit),
+    include_archived: queryBool.optional(),
+    "created_at[gte]": z.iso.datetime({ offset: true }).optional(),
+    "created_at[lte]": z.iso.datetime({ offset: true }).optional(),
+  });
+
+/** Tables that keep one JSON document per row under the shared columns id, body, created_at, archived_at. */
+export type DocumentTable = "agents" | "environments" | "vaults" | "vault_credentials" | "memory_stores";
+
+export interface DocumentListOptions {
+  limit: number;
+  page?: string | undefined;
+  include_archived?: boolean | undefined;
+  "created_at[gte]"?: string | undefined;
+  "created_at[lte]"?: string | undefined;
+  /** Only the credentials of this vault (vault_credentials). */
+  vaultId?: string;
+}
+
+/** Newest first, keyset on the time-ordered id, archived rows only on request. */
+export async function listDocuments<T>(db: Kysely<Database>, table: DocumentTable, opts: DocumentListOptions) {
+  const cursor = decodeCursor(opts.page);
+  // The tables share these columns; Kysely is typed against one of them.
+  let query = db
+    .selectFrom(table as "vaults")
+    .select(["id", "body"])
+    .orderBy("id", "desc")
+    .limit(opts.limit + 1);
+  if (cursor) query = query.where("id", "<", cursor.k);
+  if (!opts.include_archived) query = query.where("archived_at", "is", null);
+  if (opts["created_at[gte]"]) query = query.where("created_at", ">=", new Date(opts["created_at[gte]"]).toISOString());
+  if (opts["created_at[lte]"]) query = query.where("created_at", "<=", new Date(opts["created_at[lte]"]).toISOString());
+  if (opts.vaultId !== undefined) query = query.where(sql<boolean>`vault_id = ${opts.vaultId}`);
+  const rows = await query.execute();
+  return pageOf(
+    rows,
+    opts.limit,
+    (row) => row.id,
+    (row) => JSON.parse(row.body) as T,
+  );
 }

@@ -6,7 +6,7 @@ import { z } from "zod";
 import { requireCredential } from "../auth.ts";
 import type { AppEnv } from "../context.ts";
 import { ApiError, badRequest, notFound } from "../errors.ts";
-import { decodeCursor, pageOf, pageQuery } from "../pagination.ts";
+import { decodeCursor, documentListQuery, listDocuments, pageOf, pageQuery } from "../pagination.ts";
 import {
   type AgentConfig,
   agentConfigProblem,
@@ -17,7 +17,7 @@ import {
   normalizeTools,
 } from "../schemas/agent.ts";
 import { fromJson, newIdFor, nowIso, pathId } from "../util.ts";
-import { applyMetadataPatch, parseJsonBody, parseQuery, queryBool, queryInt } from "../validate.ts";
+import { applyMetadataPatch, parseJsonBody, parseQuery, queryInt } from "../validate.ts";
 
 export interface Agent extends AgentConfig {
   type: "agent";
@@ -93,35 +93,8 @@ export function agentRoutes(): Hono<AppEnv> {
   });
 
   r.get("/", async (c) => {
-    const q = parseQuery(
-      c,
-      z.object({
-        ...pageQuery(100),
-        include_archived: queryBool.optional(),
-        "created_at[gte]": z.iso.datetime({ offset: true }).optional(),
-        "created_at[lte]": z.iso.datetime({ offset: true }).optional(),
-      }),
-    );
-    const cursor = decodeCursor(q.page);
-    let query = c
-      .get("deps")
-      .storage.db.selectFrom("agents")
-      .select(["id", "body"])
-      .orderBy("id", "desc")
-      .limit(q.limit + 1);
-    if (cursor) query = query.where("id", "<", cursor.k);
-    if (!q.include_archived) query = query.where("archived_at", "is", null);
-    if (q["created_at[gte]"]) query = query.where("created_at", ">=", new Date(q["created_at[gte]"]).toISOString());
-    if (q["created_at[lte]"]) query = query.where("created_at", "<=", new Date(q["created_at[lte]"]).toISOString());
-    const rows = await query.execute();
-    return c.json(
-      pageOf(
-        rows,
-        q.limit,
-        (row) => row.id,
-        (row) => fromJson<Agent>(row.body),
-      ),
-    );
+    const q = parseQuery(c, documentListQuery());
+    return c.json(await listDocuments<Agent>(c.get("deps").storage.db, "agents", q));
   });
 
   r.get("/:agent_id", async (c) => {

@@ -8,11 +8,10 @@ import { type Database, hashSecret, newSecret } from "@openma/storage";
 import type { Context } from "hono";
 import { Hono } from "hono";
 import type { Kysely, Transaction } from "kysely";
-import { z } from "zod";
 import { ENVIRONMENT_KEY_PREFIX, requireCredential } from "../auth.ts";
 import type { AppEnv } from "../context.ts";
 import { ApiError, badRequest, notFound } from "../errors.ts";
-import { decodeCursor, pageOf, pageQuery } from "../pagination.ts";
+import { documentListQuery, listDocuments } from "../pagination.ts";
 import {
   type Environment,
   environmentCreateSchema,
@@ -23,7 +22,7 @@ import {
   resolveConfig,
 } from "../schemas/environment.ts";
 import { fromJson, newIdFor, nowIso, pathId } from "../util.ts";
-import { applyMetadataPatch, parseJsonBody, parseQuery, queryBool } from "../validate.ts";
+import { applyMetadataPatch, parseJsonBody, parseQuery } from "../validate.ts";
 import { stopEnvironmentWork } from "../work-queue.ts";
 
 export type { Environment } from "../schemas/environment.ts";
@@ -140,26 +139,8 @@ export function environmentRoutes(): Hono<AppEnv> {
   });
 
   r.get("/", async (c) => {
-    const q = parseQuery(c, z.object({ ...pageQuery(100), include_archived: queryBool.optional() }));
-    const cursor = decodeCursor(q.page);
-    let query = c
-      .get("deps")
-      .storage.db.selectFrom("environments")
-      .select(["id", "body"])
-      .orderBy("id", "desc")
-      .limit(q.limit + 1);
-    if (cursor && !isPlausibleId(cursor.k)) throw badRequest("page: invalid page cursor");
-    if (cursor) query = query.where("id", "<", cursor.k);
-    if (!q.include_archived) query = query.where("archived_at", "is", null);
-    const rows = await query.execute();
-    return c.json(
-      pageOf(
-        rows,
-        q.limit,
-        (row) => row.id,
-        (row) => fromJson<Environment>(row.body),
-      ),
-    );
+    const q = parseQuery(c, documentListQuery());
+    return c.json(await listDocuments<Environment>(c.get("deps").storage.db, "environments", q));
   });
 
   r.get("/:environment_id", async (c) => c.json(await loadEnvironment(c.get("deps").storage.db, environmentIdParam(c))));

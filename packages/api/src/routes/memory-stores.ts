@@ -10,7 +10,7 @@ import type { AppEnv } from "../context.ts";
 import { ApiError, badRequest, notFound } from "../errors.ts";
 import { registerMemoryRoutes } from "../memories.ts";
 import { registerMemoryVersionRoutes } from "../memory-versions.ts";
-import { decodeCursor, pageOf } from "../pagination.ts";
+import { listDocuments } from "../pagination.ts";
 import { memoryStoreCreateSchema, memoryStoreListQuery, memoryStoreUpdateSchema } from "../schemas/memory.ts";
 import { limitBody, MB } from "../uploads.ts";
 import { fromJson, newIdFor, nowIso, pathId } from "../util.ts";
@@ -65,26 +65,7 @@ export function memoryStoreRoutes(): Hono<AppEnv> {
 
   r.get("/", apiKeyOnly, async (c) => {
     const q = parseQuery(c, memoryStoreListQuery);
-    const cursor = decodeCursor(q.page);
-    let query = c
-      .get("deps")
-      .storage.db.selectFrom("memory_stores")
-      .select(["id", "body"])
-      .orderBy("id", "desc")
-      .limit(q.limit + 1);
-    if (cursor) query = query.where("id", "<", cursor.k);
-    if (!q.include_archived) query = query.where("archived_at", "is", null);
-    if (q["created_at[gte]"]) query = query.where("created_at", ">=", new Date(q["created_at[gte]"]).toISOString());
-    if (q["created_at[lte]"]) query = query.where("created_at", "<=", new Date(q["created_at[lte]"]).toISOString());
-    const rows = await query.execute();
-    return c.json(
-      pageOf(
-        rows,
-        q.limit,
-        (row) => row.id,
-        (row) => fromJson<MemoryStore>(row.body),
-      ),
-    );
+    return c.json(await listDocuments<MemoryStore>(c.get("deps").storage.db, "memory_stores", q));
   });
 
   r.get("/:memory_store_id", apiKeyOnly, async (c) => c.json(await loadMemoryStoreBody(c, pathId(c, "memory_store_id"))));

@@ -5,11 +5,10 @@
  */
 import type { Context } from "hono";
 import { Hono } from "hono";
-import { z } from "zod";
 import { requireCredential } from "../auth.ts";
 import type { AppEnv } from "../context.ts";
 import { ApiError, badRequest, notFound } from "../errors.ts";
-import { decodeCursor, pageOf, pageQuery } from "../pagination.ts";
+import { documentListQuery, listDocuments } from "../pagination.ts";
 import {
   applyAuthUpdate,
   type CredentialAuth,
@@ -22,7 +21,7 @@ import {
 } from "../schemas/vault.ts";
 import { limitBody, MB } from "../uploads.ts";
 import { fromJson, newIdFor, nowIso, pathId } from "../util.ts";
-import { applyMetadataPatch, parseJsonBody, parseQuery, queryBool } from "../validate.ts";
+import { applyMetadataPatch, parseJsonBody, parseQuery } from "../validate.ts";
 
 export interface Vault {
   type: "vault";
@@ -50,7 +49,7 @@ export interface VaultCredential {
 // 409 without x-should-retry:false, so the SDK retries and re-reads.
 const concurrentChange = (what: string) => new ApiError(409, "conflict_error", `${what} was modified concurrently; retry`);
 
-const listQuery = z.object({ ...pageQuery(100), include_archived: queryBool.optional() });
+const listQuery = documentListQuery();
 
 export async function loadVault(c: Context<AppEnv>, id: string): Promise<Vault> {
   const row = await c.get("deps").storage.db.selectFrom("vaults").select("body").where("id", "=", id).executeTakeFirst();
@@ -100,24 +99,7 @@ export function vaultRoutes(): Hono<AppEnv> {
 
   r.get("/", async (c) => {
     const q = parseQuery(c, listQuery);
-    const cursor = decodeCursor(q.page);
-    let query = c
-      .get("deps")
-      .storage.db.selectFrom("vaults")
-      .select(["id", "body"])
-      .orderBy("id", "desc")
-      .limit(q.limit + 1);
-    if (cursor) query = query.where("id", "<", cursor.k);
-    if (!q.include_archived) query = query.where("archived_at", "is", null);
-    const rows = await query.execute();
-    return c.json(
-      pageOf(
-        rows,
-        q.limit,
-        (row) => row.id,
-        (row) => fromJson<Vault>(row.body),
-      ),
-    );
+    return c.json(await listDocuments<Vault>(c.get("deps").storage.db, "vaults", q));
   });
 
   r.get("/:vault_id", async (c) => c.json(await loadVault(c, pathId(c, "vault_id"))));
@@ -228,25 +210,7 @@ function credentialRoutes(r: Hono<AppEnv>): void {
     const vaultId = pathId(c, "vault_id");
     const q = parseQuery(c, listQuery);
     await loadVault(c, vaultId);
-    const cursor = decodeCursor(q.page);
-    let query = c
-      .get("deps")
-      .storage.db.selectFrom("vault_credentials")
-      .select(["id", "body"])
-      .where("vault_id", "=", vaultId)
-      .orderBy("id", "desc")
-      .limit(q.limit + 1);
-    if (cursor) query = query.where("id", "<", cursor.k);
-    if (!q.include_archived) query = query.where("archived_at", "is", null);
-    const rows = await query.execute();
-    return c.json(
-      pageOf(
-        rows,
-        q.limit,
-        (row) => row.id,
-        (row) => fromJson<VaultCredential>(row.body),
-      ),
-    );
+    return c.json(await listDocuments<VaultCredential>(c.get("deps").storage.db, "vault_credentials", { ...q, vaultId }));
   });
 
   r.get("/:vault_id/credentials/:credential_id", async (c) => {

@@ -1,8 +1,8 @@
 /** Memory store, memory and memory-version request schemas (§6.5). */
 import { z } from "zod";
 import { memoryPathProblem, pathPrefixProblem } from "../memory-paths.ts";
-import { pageQuery } from "../pagination.ts";
-import { metadataPatchSchema, metadataSchema, queryBool, queryInt } from "../validate.ts";
+import { documentListQuery } from "../pagination.ts";
+import { metadataPatchSchema, metadataSchema, queryInt } from "../validate.ts";
 
 export const MAX_CONTENT_BYTES = 102_400;
 /** `view=full` pages hold at most this many items; `basic` ones at most 100. */
@@ -23,12 +23,7 @@ export const memoryStoreUpdateSchema = z.object({
   metadata: metadataPatchSchema.nullish(),
 });
 
-export const memoryStoreListQuery = z.object({
-  ...pageQuery(100),
-  include_archived: queryBool.optional(),
-  "created_at[gte]": rfc3339.optional(),
-  "created_at[lte]": rfc3339.optional(),
-});
+export const memoryStoreListQuery = documentListQuery();
 
 export const memoryPath = z
   .string()
