@@ -1,5 +1,5 @@
 /** Runs the migration set (one file per migration under ./migrations). */
-import { type Kysely, type Migration, type MigrationProvider, Migrator, PostgresAdapter, sql } from "kysely";
+import { type Kysely, type Migration, PostgresAdapter, sql } from "kysely";
 import { initial } from "./migrations/0001_initial.ts";
 import { work } from "./migrations/0002_work.ts";
 import { sessions } from "./migrations/0003_sessions.ts";
@@ -14,20 +14,32 @@ export const migrations: Record<string, Migration> = {
   "0004_resources": resources,
   "0005_runtime_fence": runtimeFence,
 };
-const provider: MigrationProvider = { getMigrations: async () => migrations };
 
+/**
+ * Applies pending migrations in one transaction. Not Kysely's Migrator: it
+ * checks for its tables by introspecting every schema of the database, which
+ * is slow with many schemas and fails when another schema is dropped at the
+ * same moment (parallel test schemas, other tenants). This runner only ever
+ * looks at its own table in the current schema. On Postgres an advisory lock
+ * keyed on the schema serialises concurrent starts (several `openma serve`
+ * processes); SQLite serialises writers anyway. DDL is transactional on both,
+ * so a failed migration leaves nothing behind.
+ */
 export async function migrateToLatest(db: Kysely<unknown>): Promise<void> {
-  // On Postgres Kysely looks for its migration tables in every schema; pin them to the current one so another
-  // schema's tables (parallel test schemas, other tenants) are never mistaken for ours.
-  const migrationTableSchema =
-    db.getExecutor().adapter instanceof PostgresAdapter
-      ? (await sql<{ schema: string }>`select current_schema() as schema`.execute(db)).rows[0]?.schema
-      : undefined;
-  const migrator = new Migrator({ db, provider, migrationTableSchema });
-  const { error, results } = await migrator.migrateToLatest();
-  const failed = results?.find((r) => r.status === "Error");
-  if (error || failed) {
-    const cause = error instanceof Error ? error.message : String(error ?? failed?.migrationName);
-    throw new Error(`database migration failed: ${cause}`);
+  const postgres = db.getExecutor().adapter instanceof PostgresAdapter;
+  try {
+    await db.transaction().execute(async (trx) => {
+      if (postgres) await sql`select pg_advisory_xact_lock(hashtext(current_schema() || '.openma_migrations'))`.execute(trx);
+      await sql`create table if not exists openma_migrations (name text primary key, applied_at text not null)`.execute(trx);
+      const applied = await sql<{ name: string }>`select name from openma_migrations`.execute(trx);
+      const done = new Set(applied.rows.map((r) => r.name));
+      for (const name of Object.keys(migrations).sort()) {
+        if (done.has(name)) continue;
+        await migrations[name]!.up(trx);
+        await sql`insert into openma_migrations (name, applied_at) values (${name}, ${new Date().toISOString()})`.execute(trx);
+      }
+    });
+  } catch (err) {
+    throw new Error(`database migration failed: ${err instanceof Error ? err.message : String(err)}`);
   }
 }

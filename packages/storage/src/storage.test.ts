@@ -1,5 +1,7 @@
+import { sql } from "kysely";
 import { afterEach, describe, expect, it } from "vitest";
 import { createIdFactory } from "./ids.ts";
+import { openStorage } from "./storage.ts";
 import { BACKENDS, openTestStorage, type TestStorage } from "./testing.ts";
 
 describe.each(BACKENDS)("storage on %s", (dialect) => {
@@ -34,6 +36,28 @@ describe.each(BACKENDS)("storage on %s", (dialect) => {
     const woke = new Promise<void>((resolve) => t.storage.bus.subscribe("session:x", resolve));
     await t.storage.bus.publish("session:x");
     await expect(woke).resolves.toBeUndefined();
+  });
+});
+
+describe("migrations on postgres", () => {
+  it("let several processes start on one schema at once, applying each migration exactly once", async () => {
+    const t = await openTestStorage("postgres");
+    try {
+      // A fresh schema, so the four starts race to create it and to apply every migration.
+      const pgSchema = `${t.pgSchema}_race`;
+      const opened = await Promise.all(
+        Array.from({ length: 4 }, () => openStorage({ dataDir: t.dataDir, databaseUrl: t.databaseUrl, pgSchema })),
+      );
+      const { rows } = await sql<{ name: string; n: number }>`select name, count(*)::int as n from openma_migrations group by name`.execute(
+        opened[0]!.db,
+      );
+      await sql`drop schema ${sql.id(pgSchema)} cascade`.execute(t.storage.db);
+      expect(rows.length).toBeGreaterThan(0);
+      expect(rows.every((r) => r.n === 1)).toBe(true);
+      await Promise.all(opened.map((s) => s.close()));
+    } finally {
+      await t.cleanup();
+    }
   });
 });
 

@@ -80,7 +80,10 @@ async function openPostgres(url: string, opts: StorageOptions, blobs: BlobStore)
     if (!/^[a-z_][a-z0-9_]*$/.test(opts.pgSchema)) throw new Error("invalid Postgres schema name");
     const admin = new pg.Client(clientConfig);
     await admin.connect();
-    await admin.query(`create schema if not exists ${opts.pgSchema}`);
+    // `if not exists` still races with a concurrent creator on Postgres: the loser's error is harmless.
+    await admin.query(`create schema if not exists ${opts.pgSchema}`).catch((err: { code?: string }) => {
+      if (err.code !== "23505" && err.code !== "42P06") throw err;
+    });
     await admin.end();
     clientConfig.options = `-c search_path=${opts.pgSchema}`;
   }
