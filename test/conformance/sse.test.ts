@@ -263,7 +263,13 @@ describe.each(BACKENDS)("stream subscriptions on %s", (dialect: Dialect) => {
       close: () => inner.close(),
     };
     const storage: Storage = { ...store.storage, bus };
-    const config = loadConfig({ PORT: "0", OPENMA_DATA_DIR: store.dataDir, OPENMA_API_KEY: TEST_API_KEY, LOG_LEVEL: "silent" });
+    const config = loadConfig({
+      PORT: "0",
+      OPENMA_DATA_DIR: store.dataDir,
+      OPENMA_API_KEY: TEST_API_KEY,
+      LOG_LEVEL: "silent",
+      OPENMA_BRAIN: "off",
+    });
     const server = await startServer(config, { storage, logger: silentLogger });
     try {
       const client = new Anthropic({ baseURL: server.url, apiKey: TEST_API_KEY, maxRetries: 0 });
@@ -369,6 +375,7 @@ describe.each(["postgres"] as const)("shared reads on %s", (dialect: Dialect) =>
       OPENMA_API_KEY: TEST_API_KEY,
       LOG_LEVEL: "silent",
       OPENMA_SSE_KEEPALIVE_MS: "600000",
+      OPENMA_BRAIN: "off",
     });
     const server = await startServer(config, { storage, logger: silentLogger });
     try {

@@ -21,8 +21,11 @@ export interface ChildServer {
   close(): Promise<void>;
 }
 
-/** Starts `node --import tsx apps/openma/src/cli.ts serve` on a free port and waits for its listening line. */
-export async function startChildServer(store: TestStorage, apiKey: string): Promise<ChildServer> {
+/**
+ * Starts `node --import tsx apps/openma/src/cli.ts serve` on a free port and waits for its listening line.
+ * Its brain is off unless `env` turns it on (`OPENMA_BRAIN: "on"`).
+ */
+export async function startChildServer(store: TestStorage, apiKey: string, env: Record<string, string> = {}): Promise<ChildServer> {
   if (!store.databaseUrl || !store.pgSchema) throw new Error("a child server shares storage only through Postgres");
   const dataDir = mkdtempSync(join(tmpdir(), "openma-child-"));
   const child = spawn(process.execPath, ["--import", "tsx", CLI, "serve"], {
@@ -36,6 +39,8 @@ export async function startChildServer(store: TestStorage, apiKey: string): Prom
       OPENMA_DATA_DIR: dataDir,
       OPENMA_API_KEY: apiKey,
       LOG_LEVEL: "silent",
+      OPENMA_BRAIN: "off",
+      ...env,
     },
     stdio: ["ignore", "pipe", "pipe"],
   });

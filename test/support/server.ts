@@ -24,7 +24,15 @@ export interface TestServer {
 
 export async function startTestServer(dialect: Dialect, env: Record<string, string> = {}): Promise<TestServer> {
   const store = await openTestStorage(dialect);
-  const config = loadConfig({ PORT: "0", OPENMA_DATA_DIR: store.dataDir, OPENMA_API_KEY: TEST_API_KEY, LOG_LEVEL: "silent", ...env });
+  // The brain is off unless a test asks for it (`OPENMA_BRAIN: "on"`): tests drive turns themselves.
+  const config = loadConfig({
+    PORT: "0",
+    OPENMA_DATA_DIR: store.dataDir,
+    OPENMA_API_KEY: TEST_API_KEY,
+    LOG_LEVEL: "silent",
+    OPENMA_BRAIN: "off",
+    ...env,
+  });
   const server = await startServer(config, { storage: store.storage, logger: silentLogger });
   const baseURL = server.url;
   const clientWith = (authToken: string) => new Anthropic({ baseURL, apiKey: null, authToken, maxRetries: 0 });

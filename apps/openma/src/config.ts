@@ -1,5 +1,7 @@
 /** Server configuration from the environment, validated once at start-up. */
 import { resolve } from "node:path";
+import { SELF_HOSTED_BRAIN_VALUES, type SelfHostedBrain } from "@openma/execution/placement";
+import type { BlobEnv } from "@openma/storage/s3-blobs";
 import { z } from "zod";
 
 const schema = z.object({
@@ -17,6 +19,28 @@ const schema = z.object({
   OPENMA_WORK_TTL_SECONDS: z.coerce.number().int().min(2).max(3600).default(120),
   OPENMA_SSE_KEEPALIVE_MS: z.coerce.number().int().min(100).default(15_000),
   LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
+  // The brain: the execution worker running the default harness (see packages/execution).
+  OPENMA_BRAIN: z.enum(["on", "off"]).default("on"),
+  OPENMA_SELF_HOSTED_BRAIN: z.enum(SELF_HOSTED_BRAIN_VALUES).default("server"),
+  OPENMA_EXECUTION_CONCURRENCY: z.coerce.number().int().min(1).max(1000).default(16),
+  OPENMA_EXECUTION_LEASE_TTL_MS: z.coerce.number().int().min(3000).max(600_000).default(30_000),
+  OPENMA_EXECUTION_POLL_MS: z.coerce.number().int().min(100).max(600_000).default(5_000),
+  OPENMA_MODEL_BASE_URL: z.url().optional(),
+  OPENMA_MODEL_API_KEY: z.string().optional(),
+  ANTHROPIC_API_KEY: z.string().optional(),
+  // S3-compatible blobs instead of files under OPENMA_DATA_DIR; @openma/storage/s3-blobs checks the combination.
+  OPENMA_BLOB_URL: z
+    .string()
+    .regex(/^s3:\/\/[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](\/.*)?$/, "OPENMA_BLOB_URL must be s3://bucket[/prefix]")
+    .optional(),
+  OPENMA_S3_ENDPOINT: z.url({ protocol: /^https?$/ }).optional(),
+  OPENMA_S3_REGION: z
+    .string()
+    .regex(/^[a-z0-9-]{1,64}$/, "OPENMA_S3_REGION must be a region name like us-east-1")
+    .optional(),
+  OPENMA_S3_ACCESS_KEY_ID: z.string().max(256).optional(),
+  OPENMA_S3_SECRET_ACCESS_KEY: z.string().max(1024).optional(),
+  OPENMA_S3_FORCE_PATH_STYLE: z.enum(["true", "false", "1", "0"]).optional(),
 });
 
 export interface ServerConfig {
@@ -30,6 +54,17 @@ export interface ServerConfig {
   workTtlSeconds: number;
   sseKeepAliveMs: number;
   logLevel: string;
+  brain: {
+    enabled: boolean;
+    selfHosted: SelfHostedBrain;
+    concurrency: number;
+    leaseTtlMs: number;
+    pollIntervalMs: number;
+  };
+  /** Upstream Messages API for the harness; without a key sessions fail with a clear `session.error`. Secret: never log. */
+  model: { baseUrl: string | undefined; apiKey: string | undefined };
+  /** S3 blob settings when any is set (default: local files). Holds a secret: never log. */
+  blobs?: BlobEnv | undefined;
 }
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
@@ -50,5 +85,28 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
     workTtlSeconds: e.OPENMA_WORK_TTL_SECONDS,
     sseKeepAliveMs: e.OPENMA_SSE_KEEPALIVE_MS,
     logLevel: e.LOG_LEVEL,
+    brain: {
+      enabled: e.OPENMA_BRAIN === "on",
+      selfHosted: e.OPENMA_SELF_HOSTED_BRAIN,
+      concurrency: e.OPENMA_EXECUTION_CONCURRENCY,
+      leaseTtlMs: e.OPENMA_EXECUTION_LEASE_TTL_MS,
+      pollIntervalMs: e.OPENMA_EXECUTION_POLL_MS,
+    },
+    model: { baseUrl: e.OPENMA_MODEL_BASE_URL, apiKey: e.OPENMA_MODEL_API_KEY || e.ANTHROPIC_API_KEY },
+    blobs: blobEnvOf(e),
   };
+}
+
+const BLOB_VARS = [
+  "OPENMA_BLOB_URL",
+  "OPENMA_S3_ENDPOINT",
+  "OPENMA_S3_REGION",
+  "OPENMA_S3_ACCESS_KEY_ID",
+  "OPENMA_S3_SECRET_ACCESS_KEY",
+  "OPENMA_S3_FORCE_PATH_STYLE",
+] as const;
+
+function blobEnvOf(e: z.infer<typeof schema>): BlobEnv | undefined {
+  if (BLOB_VARS.every((k) => e[k] === undefined)) return undefined;
+  return Object.fromEntries(BLOB_VARS.map((k) => [k, e[k]]));
 }

@@ -5,7 +5,12 @@
 import type { AddressInfo } from "node:net";
 import { serve } from "@hono/node-server";
 import { type ApiDeps, createApp, type Logger } from "@openma/api";
+import { ExecutionWorker } from "@openma/execution";
+import { harnessRunner } from "@openma/execution/harness-runner";
+import { createAnthropicModel, noSandboxResolver } from "@openma/harness";
+import { WebFetchExecutor } from "@openma/harness/server-tools/web-fetch";
 import { newId, openStorage, type Storage, systemClock } from "@openma/storage";
+import type { BlobStore } from "@openma/storage/blobs";
 import pino from "pino";
 import { ensureAdminKey } from "./admin-key.ts";
 import type { ServerConfig } from "./config.ts";
@@ -38,6 +43,7 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
       dataDir: config.dataDir,
       databaseUrl: config.databaseUrl,
       pgSchema: config.pgSchema,
+      blobs: await openBlobStore(config),
       onBackgroundError: (err) => logger.warn({ err: err.message }, "storage background error"),
     }));
   const adminKey = await ensureAdminKey(storage, config.dataDir, config.apiKey);
@@ -50,6 +56,7 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
     publicBaseUrl: config.publicUrl,
     workTtlSeconds: config.workTtlSeconds,
     sse: { keepAliveMs: config.sseKeepAliveMs },
+    selfHostedBrain: config.brain.selfHosted,
     ...opts.deps,
   };
   const app = createApp(deps, { version: VERSION });
@@ -78,6 +85,7 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
   const { port } = server.address() as AddressInfo;
   const url = `http://${config.host}:${port}`;
   if (!deps.publicBaseUrl) deps.publicBaseUrl = url;
+  const brain = startBrain(config, deps);
 
   let closing: Promise<void> | null = null;
   return {
@@ -91,9 +99,56 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
           server.close(() => resolve());
           (server as unknown as { closeAllConnections?: () => void }).closeAllConnections?.();
         });
+        // Running turns go back to pending so another process resumes them at once.
+        await brain?.stop();
         if (!opts.storage) await storage.close();
       })();
       return closing;
     },
   };
+}
+
+/**
+ * The brain: an execution worker running the default harness on the sessions
+ * whose turns this server schedules. Without a model key it still runs, and
+ * a session then fails with the harness's clear `session.error`. Sandbox
+ * tools fail closed until a real sandbox driver is configured.
+ */
+function startBrain(config: ServerConfig, deps: ApiDeps): ExecutionWorker | null {
+  if (!config.brain.enabled) return null;
+  const runner = harnessRunner({
+    storage: deps.storage,
+    clock: deps.clock,
+    ids: deps.ids,
+    logger: deps.logger,
+    model: createAnthropicModel({ baseURL: config.model.baseUrl, apiKey: config.model.apiKey }),
+    sandboxes: noSandboxResolver,
+    serverTools: [new WebFetchExecutor()],
+  });
+  const worker = new ExecutionWorker({
+    storage: deps.storage,
+    runner,
+    logger: deps.logger,
+    concurrency: config.brain.concurrency,
+    leaseTtlMs: config.brain.leaseTtlMs,
+    pollIntervalMs: config.brain.pollIntervalMs,
+    ownerPrefix: `pid${process.pid}`,
+    // The harness watches its session while it waits and records what an interrupt did to the call in flight.
+    abortOnInterrupt: false,
+  });
+  worker.start();
+  return worker;
+}
+
+/**
+ * S3-compatible blobs when configured (the SDK loads only then), checked up
+ * front so a wrong bucket or credential fails the start, not the first upload.
+ * Otherwise `undefined`: files under the data dir.
+ */
+async function openBlobStore(config: ServerConfig): Promise<BlobStore | undefined> {
+  if (!config.blobs) return undefined;
+  const { blobStoreFromEnv } = await import("@openma/storage/s3-blobs");
+  const store = blobStoreFromEnv(config.blobs);
+  await store?.verify();
+  return store;
 }

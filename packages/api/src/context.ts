@@ -1,4 +1,5 @@
 /** What every route can reach through `c.get(...)`: injected, never global. */
+import type { SelfHostedBrain } from "@openma/execution/placement";
 import type { Clock, IdFactory, Storage } from "@openma/storage";
 import type { Credential } from "./auth.ts";
 
@@ -23,6 +24,8 @@ export interface ApiDeps {
   workTtlSeconds: number;
   /** Upper bound for a long-poll wait (the API caps block_ms at 999). */
   sse: { keepAliveMs: number };
+  /** Who runs the brain of self-hosted sessions (see @openma/execution/placement); default `work_item`. */
+  selfHostedBrain?: SelfHostedBrain;
 }
 
 export type AppEnv = {

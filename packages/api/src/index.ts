@@ -2,3 +2,4 @@ export * from "./app.ts";
 export * from "./auth.ts";
 export * from "./context.ts";
 export * from "./errors.ts";
+export * from "./event-log.ts";

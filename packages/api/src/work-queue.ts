@@ -12,6 +12,7 @@ import { type ExpressionBuilder, type Kysely, sql, type Transaction } from "kyse
 import { SESSIONS_TOKEN_PREFIX } from "./auth.ts";
 import type { ApiDeps } from "./context.ts";
 import { ApiError, notFound, permanentConflict } from "./errors.ts";
+import { WORK_BEARING_TYPES } from "./schemas/events.ts";
 
 export type WorkState = "queued" | "starting" | "active" | "stopping" | "stopped";
 
@@ -318,9 +319,26 @@ export async function heartbeatWork(
   throw preconditionFailed(now);
 }
 
-/** `force:false` → stopping (the holder learns it from its next heartbeat); `force:true` → stopped. */
+/**
+ * `force:false` → stopping (the holder learns it from its next heartbeat);
+ * `force:true` → stopped, and in the same transaction a new item when the
+ * session has input this item did not serve (see `requeueUnserved`).
+ */
 export async function stopWork(deps: ApiDeps, environmentId: string, workId: string, force: boolean): Promise<WorkItemRow> {
-  const { db } = deps.storage;
+  if (!force) return stopWorkIn(deps.storage.db, deps, environmentId, workId, false);
+  const { row, requeued } = await deps.storage.db.transaction().execute(async (trx) => {
+    const stopped = await stopWorkIn(trx, deps, environmentId, workId, true);
+    return { row: stopped, requeued: await requeueUnserved(trx, deps, stopped) };
+  });
+  if (requeued) {
+    await notifyWork(deps, requeued.environmentId).catch((err: Error) => {
+      deps.logger.warn({ err: err.message, environment_id: requeued.environmentId }, "work notification failed");
+    });
+  }
+  return row;
+}
+
+async function stopWorkIn(db: Db, deps: ApiDeps, environmentId: string, workId: string, force: boolean): Promise<WorkItemRow> {
   const now = toIso(deps.clock.now());
   const row = force
     ? await db
@@ -445,6 +463,7 @@ export async function ensureSessionWork(
     .where((eb) => eb.or([eb("lease_expires_at", "is", null), eb("lease_expires_at", "<=", now)]))
     .execute();
   const workId = deps.ids("work");
+  const head = await sessionHead(trx, sessionId);
   const inserted = await trx
     .insertInto("work_items")
     .values({
@@ -466,6 +485,7 @@ export async function ensureSessionWork(
       lease_expires_at: null,
       ttl_seconds: deps.workTtlSeconds,
       token_hash: null,
+      served_seq: head,
     })
     .onConflict((oc) => oc.doNothing())
     .returning("id")
@@ -477,7 +497,63 @@ export async function ensureSessionWork(
     .where("session_id", "=", sessionId)
     .where("state", "!=", "stopped")
     .executeTakeFirstOrThrow();
+  // An item nobody has acked yet will read the whole log when it starts, so it serves this input too.
+  // A started item may already be past its last read (idle timeout, teardown): its watermark stays.
+  await trx
+    .updateTable("work_items")
+    .set({ served_seq: head })
+    .where("id", "=", live.id)
+    .where("state", "=", "queued")
+    .where("served_seq", "<", head)
+    .execute();
   return { workId: live.id, created: false };
+}
+
+/** The session's log head inside the caller's transaction (0 for a session that does not exist). */
+async function sessionHead(trx: Transaction<Database>, sessionId: string): Promise<number> {
+  const row = await trx.selectFrom("sessions").select("last_seq").where("id", "=", sessionId).executeTakeFirst();
+  return row?.last_seq ?? 0;
+}
+
+/**
+ * Closes the stopping-item gap: a user event that arrived while a worker still
+ * held its (stopping, or about to stop) item found that item live and got no
+ * new one. When the item reaches `stopped`, enqueue a new item if the session
+ * has work-bearing input after the item's watermark that no ending idle has
+ * answered since. Runs in the stopping transaction; the caller notifies.
+ */
+async function requeueUnserved(
+  trx: Transaction<Database>,
+  deps: ApiDeps,
+  stopped: WorkItemRow,
+): Promise<{ environmentId: string; workId: string } | null> {
+  if (!stopped.session_id) return null;
+  const session = await trx
+    .selectFrom("sessions")
+    .select(["id", "status", "archived_at"])
+    .where("id", "=", stopped.session_id)
+    .executeTakeFirst();
+  if (!session || session.archived_at || session.status === "terminated") return null;
+  const latest = await trx
+    .selectFrom("session_events")
+    .select((eb) => eb.fn.max<number | null>("seq").as("seq"))
+    .where("session_id", "=", session.id)
+    .where("type", "in", [...WORK_BEARING_TYPES])
+    .where("seq", ">", stopped.served_seq ?? 0)
+    .executeTakeFirst();
+  const inputSeq = latest?.seq == null ? null : Number(latest.seq);
+  if (inputSeq === null) return null;
+  const idles = await trx
+    .selectFrom("session_events")
+    .select("body")
+    .where("session_id", "=", session.id)
+    .where("type", "=", "session.status_idle")
+    .where("seq", ">", inputSeq)
+    .execute();
+  const answered = idles.some((e) => (JSON.parse(e.body) as { stop_reason?: { type?: string } }).stop_reason?.type !== "requires_action");
+  if (answered) return null;
+  const next = await ensureSessionWork(trx, deps, stopped.environment_id, session.id);
+  return next.created ? { environmentId: stopped.environment_id, workId: next.workId } : null;
 }
 
 /**

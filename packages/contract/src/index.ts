@@ -16,4 +16,5 @@ export * from "./profile.ts";
 export * from "./profile-check.ts";
 export * from "./sandbox.ts";
 export * from "./scope.ts";
+export * from "./tool-sandbox.ts";
 export * from "./workspace.ts";

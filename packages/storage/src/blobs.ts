@@ -34,7 +34,7 @@ export function contentKey(namespace: string, data: Uint8Array): { key: string; 
   return { key: `${namespace}/sha256/${sha256.slice(0, 2)}/${sha256}`, sha256 };
 }
 
-const KEY_PATTERN = /^[a-z0-9_-]+(\/[A-Za-z0-9._-]+)*$/;
+export const KEY_PATTERN = /^[a-z0-9_-]+(\/[A-Za-z0-9._-]+)*$/;
 
 export class FsBlobStore implements BlobStore {
   private readonly root: string;

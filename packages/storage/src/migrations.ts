@@ -5,6 +5,7 @@ import { work } from "./migrations/0002_work.ts";
 import { sessions } from "./migrations/0003_sessions.ts";
 import { resources } from "./migrations/0004_resources.ts";
 import { runtimeFence } from "./migrations/0005_runtime_fence.ts";
+import { sessionExecution } from "./migrations/0006_session_execution.ts";
 
 /** Ordered by name; a new migration is a new file plus one line here. */
 export const migrations: Record<string, Migration> = {
@@ -13,6 +14,7 @@ export const migrations: Record<string, Migration> = {
   "0003_sessions": sessions,
   "0004_resources": resources,
   "0005_runtime_fence": runtimeFence,
+  "0006_session_execution": sessionExecution,
 };
 
 /**

@@ -102,6 +102,8 @@ export interface WorkItemRow {
   lease_expires_at: string | null;
   ttl_seconds: number;
   token_hash: string | null;
+  /** Session log position this item is known to have served (migration 0006: not null, default 0; optional on insert). */
+  served_seq?: number;
 }
 
 /** Last poll of each `Anthropic-Worker-ID` per environment (queue stats). */
@@ -219,6 +221,7 @@ export interface Database {
   runtime_fences: RuntimeFenceRow;
   runtime_publications: RuntimePublicationRow;
   runtime_orphans: RuntimeOrphanRow;
+  session_executions: SessionExecutionRow;
 }
 
 /** One resource fence per runtime scope (times are epoch ms; refs are canonical JSON). */
@@ -272,4 +275,22 @@ export interface RuntimeOrphanRow {
   created_at_ms: number;
   updated_at_ms: number;
   resolved_at_ms: number | null;
+}
+
+/** The session execution queue (migration 0006): one row per session; times are epoch ms. */
+export interface SessionExecutionRow {
+  session_id: string;
+  /** idle | pending | running */
+  state: string;
+  requested_version: number;
+  claimed_version: number;
+  requested_at_ms: number;
+  available_at_ms: number;
+  generation: number;
+  owner_id: string | null;
+  token_hash: string | null;
+  expires_at_ms: number;
+  claimed_at_ms: number | null;
+  attempts: number;
+  last_error: string | null;
 }

@@ -8,7 +8,9 @@ import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import type { S3StandIn } from "@openma/s3-standin";
 import pg from "pg";
+import type { S3BlobStore } from "./s3-blobs.ts";
 import { type Dialect, openStorage, type Storage } from "./storage.ts";
 
 export const BACKENDS: readonly Dialect[] = ["sqlite", "postgres"];
@@ -25,10 +27,16 @@ export interface TestStorage {
 }
 
 export async function openTestStorage(dialect: Dialect): Promise<TestStorage> {
+  const blobs = testBlobs();
   const dataDir = mkdtempSync(join(tmpdir(), "openma-test-"));
   const pgSchema = dialect === "postgres" ? `t_${randomBytes(6).toString("hex")}` : undefined;
   const databaseUrl = dialect === "postgres" ? TEST_DATABASE_URL : undefined;
-  const storage = await openStorage({ dataDir, databaseUrl, pgSchema });
+  // OPENMA_TEST_BLOBS=s3 runs the same tests with blobs in an S3 stand-in (real HTTP, official client).
+  const s3 = blobs === "s3" ? await openStandInBlobStore() : undefined;
+  const storage = await openStorage({ dataDir, databaseUrl, pgSchema, blobs: s3?.store }).catch(async (err) => {
+    await s3?.close();
+    throw err;
+  });
   return {
     storage,
     dataDir,
@@ -36,6 +44,7 @@ export async function openTestStorage(dialect: Dialect): Promise<TestStorage> {
     pgSchema,
     async cleanup() {
       await storage.close();
+      await s3?.close();
       if (pgSchema) {
         const client = new pg.Client({ connectionString: TEST_DATABASE_URL });
         await client.connect();
@@ -43,6 +52,44 @@ export async function openTestStorage(dialect: Dialect): Promise<TestStorage> {
         await client.end();
       }
       rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+function testBlobs(): "fs" | "s3" {
+  const value = process.env.OPENMA_TEST_BLOBS ?? "fs";
+  if (value !== "fs" && value !== "s3") throw new Error("OPENMA_TEST_BLOBS must be fs or s3");
+  return value;
+}
+
+export interface StandInBlobStore {
+  store: S3BlobStore;
+  standIn: S3StandIn;
+  close(): Promise<void>;
+}
+
+/** An S3BlobStore on its own fresh S3 stand-in, with throwaway credentials. Loaded lazily: most runs never need the SDK. */
+export async function openStandInBlobStore(opts: { prefix?: string } = {}): Promise<StandInBlobStore> {
+  const [{ startS3StandIn }, { S3BlobStore }] = await Promise.all([import("@openma/s3-standin"), import("./s3-blobs.ts")]);
+  const credentials = {
+    accessKeyId: `AKIA${randomBytes(8).toString("hex").toUpperCase()}`,
+    secretAccessKey: randomBytes(30).toString("base64"),
+  };
+  const standIn = await startS3StandIn({ ...credentials, buckets: ["openma-test"] });
+  const store = new S3BlobStore({
+    bucket: "openma-test",
+    prefix: opts.prefix ?? "blobs",
+    endpoint: standIn.endpoint,
+    region: standIn.region,
+    forcePathStyle: true,
+    credentials,
+  });
+  return {
+    store,
+    standIn,
+    async close() {
+      store.close();
+      await standIn.close();
     },
   };
 }

@@ -3,6 +3,8 @@
  * before the sessions router. All three accept an API key, or an environment
  * key / sessions token scoped to the session (the worker uses them).
  */
+import { brainRunsOnServer, TURN_BEARING_TYPES } from "@openma/execution/placement";
+import { requestTurn } from "@openma/execution/queue";
 import { toIso } from "@openma/storage";
 import type { Context } from "hono";
 import { Hono } from "hono";
@@ -26,7 +28,15 @@ import { limitBody } from "../uploads.ts";
 import { fromJson, pathId } from "../util.ts";
 import { parseJsonBody, parseQuery, queryArray } from "../validate.ts";
 import { ensureSessionWork } from "../work-queue.ts";
-import { checkRubricFiles, EVENTS_BODY_LIMIT, environmentType, loadSessionRow, notifyWorkers, readableSession } from "./sessions.ts";
+import {
+  checkRubricFiles,
+  EVENTS_BODY_LIMIT,
+  environmentType,
+  loadSessionRow,
+  notifyExecution,
+  notifyWorkers,
+  readableSession,
+} from "./sessions.ts";
 
 const timestamp = z.iso.datetime({ offset: true });
 const SEQ_MAX = Number.MAX_SAFE_INTEGER;
@@ -121,7 +131,9 @@ async function sendEvents(c: Context<AppEnv>, sessionId: string) {
   if (session.archived_at || session.status === "terminated") {
     throw badRequest(`session ${JSON.stringify(sessionId)} is terminated and accepts no more events`);
   }
-  const selfHosted = (await environmentType(db, session.environment_id)) === "self_hosted";
+  const envType = await environmentType(db, session.environment_id);
+  const selfHosted = envType === "self_hosted";
+  const brainHere = brainRunsOnServer(envType, deps.selfHostedBrain);
   const toolResult = input.events.findIndex((e) => e.type === "user.tool_result");
   if (toolResult >= 0 && !selfHosted) {
     throw badRequest(`events[${toolResult}]: user.tool_result is accepted only on sessions of self_hosted environments`);
@@ -133,10 +145,14 @@ async function sendEvents(c: Context<AppEnv>, sessionId: string) {
     const appended = await appendEvents(deps, sessionId, drafts, { trx });
     const needsWork = selfHosted && appended.appended.some((e) => WORK_BEARING_TYPES.has(e.type));
     const work = needsWork ? await ensureSessionWork(trx, deps, session.environment_id, sessionId) : null;
-    return { ...appended, work };
+    // The turn request commits with the event that asks for it: no event without a turn, no turn without an event.
+    const turn = brainHere && appended.appended.some((e) => TURN_BEARING_TYPES.has(e.type));
+    if (turn) await requestTurn(trx, sessionId, deps.clock.now());
+    return { ...appended, work, turn };
   });
   if (result.appended.length > 0) await notifySession(deps, sessionId);
   if (result.work?.created) await notifyWorkers(c, session.environment_id);
+  if (result.turn) await notifyExecution(c);
   return { data: result.events };
 }
 

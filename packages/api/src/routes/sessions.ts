@@ -5,6 +5,8 @@
  * environment key or sessions token scoped to the session; everything else
  * takes an API key.
  */
+import { brainRunsOnServer, TURN_BEARING_TYPES } from "@openma/execution/placement";
+import { EXECUTION_TOPIC, forgetSession, requestTurn } from "@openma/execution/queue";
 import type { Database, SessionResourceRow, SessionRow } from "@openma/storage";
 import type { Context } from "hono";
 import { Hono } from "hono";
@@ -66,6 +68,14 @@ export async function notifyWorkers(c: Context<AppEnv>, environmentId: string): 
   const deps = c.get("deps");
   await notifyWork(deps, environmentId).catch((err: Error) => {
     deps.logger.warn({ err: err.message, environment_id: environmentId }, "work notification failed");
+  });
+}
+
+/** Wakes the execution workers of every process after a turn request committed. Best effort, like notifySession. */
+export async function notifyExecution(c: Context<AppEnv>): Promise<void> {
+  const deps = c.get("deps");
+  await deps.storage.bus.publish(EXECUTION_TOPIC).catch((err: Error) => {
+    deps.logger.warn({ err: err.message }, "execution notification failed");
   });
 }
 
@@ -236,14 +246,17 @@ async function createSession(c: Context<AppEnv>): Promise<Session> {
         .insertInto("session_resources")
         .values(resources.map((r) => ({ ...r, session_id: session.id })))
         .execute();
-    if (drafts.length === 0) return { body: JSON.stringify(session), work: null };
+    if (drafts.length === 0) return { body: JSON.stringify(session), work: null, turn: false };
     await appendEvents(deps, session.id, drafts, { trx });
     const work = env.config_type === "self_hosted" ? await ensureSessionWork(trx, deps, env.id, session.id) : null;
+    const turn = brainRunsOnServer(env.config_type, deps.selfHostedBrain) && drafts.some((d) => TURN_BEARING_TYPES.has(d.type));
+    if (turn) await requestTurn(trx, session.id, deps.clock.now());
     // Appending may have projected events (outcomes) onto the body: return what is stored.
-    return { body: (await loadSessionRow(trx, session.id)).body, work };
+    return { body: (await loadSessionRow(trx, session.id)).body, work, turn };
   });
   if (drafts.length) await notifySession(deps, session.id);
   if (result.work?.created) await notifyWorkers(c, env.id);
+  if (result.turn) await notifyExecution(c);
   return fromJson<Session>(result.body);
 }
 
@@ -379,6 +392,8 @@ async function deleteSession(c: Context<AppEnv>, id: string): Promise<void> {
   const environmentId = await deps.storage.db.transaction().execute(async (trx) => {
     const row = await lockSession(trx, id);
     await stopSessionWork(trx, deps, id, { force: true });
+    // A running turn loses its execution lease at its next renewal (its watcher sees the deletion sooner).
+    await forgetSession(trx, id);
     await trx.deleteFrom("session_events").where("session_id", "=", id).execute();
     await trx.deleteFrom("session_resources").where("session_id", "=", id).execute();
     await trx.deleteFrom("sessions").where("id", "=", id).execute();

@@ -48,8 +48,10 @@ const cloudConfigParam = z.object({
   packages: packagesParam.nullish(),
 });
 const selfHostedConfigParam = z.object({ type: z.literal("self_hosted") });
+// OpenMA extension: a sandbox-free environment (chat-only agents; sandbox tools are refused).
+const noneConfigParam = z.object({ type: z.literal("none") });
 
-export const configParam = z.discriminatedUnion("type", [cloudConfigParam, selfHostedConfigParam]);
+export const configParam = z.discriminatedUnion("type", [cloudConfigParam, selfHostedConfigParam, noneConfigParam]);
 export type ConfigParam = z.infer<typeof configParam>;
 
 const scopeParam = z.enum(["organization", "account"]);
@@ -81,7 +83,7 @@ export type Networking =
 
 export type Packages = { type: "packages" } & Record<PackageManager, string[]>;
 
-export type EnvironmentConfig = { type: "cloud"; networking: Networking; packages: Packages } | { type: "self_hosted" };
+export type EnvironmentConfig = { type: "cloud"; networking: Networking; packages: Packages } | { type: "self_hosted" } | { type: "none" };
 
 export interface Environment {
   type: "environment";
@@ -132,7 +134,7 @@ export function resolveConfig(param: ConfigParam | null | undefined, current?: E
       error_code: "invalid_config_type_change",
     });
   }
-  if (param.type === "self_hosted") return { type: "self_hosted" };
+  if (param.type === "self_hosted" || param.type === "none") return { type: param.type };
   const stored = current?.type === "cloud" ? current : undefined;
   return {
     type: "cloud",

@@ -1,0 +1,20 @@
+/**
+ * What the execution worker runs: one brain turn of a session. The default
+ * harness (`runTurn`/`needsTurn` of @openma/harness) is adapted to this by
+ * the composition root (harness-runner.ts); tests use small runners of their own.
+ */
+import type { TurnOutcome } from "@openma/harness";
+
+/** The harness's outcome of one turn (the worker only tells `failed` apart). */
+export type { TurnOutcome } from "@openma/harness";
+
+export interface TurnRunner {
+  /**
+   * Runs the session until it needs outside input or ends. Stateless and
+   * re-runnable: a crashed attempt is simply run again from the event log.
+   * Must stop promptly when `signal` aborts (lease lost, interrupt, shutdown).
+   */
+  runTurn(sessionId: string, signal: AbortSignal): Promise<TurnOutcome>;
+  /** True when the log has input the agent has not answered yet. */
+  needsTurn(sessionId: string): Promise<boolean>;
+}

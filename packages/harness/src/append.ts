@@ -1,0 +1,65 @@
+/**
+ * Appends for the loop: always inside one transaction holding the session
+ * row lock, refused when the session was terminated (or deleted) meanwhile,
+ * so nothing is ever written after `session.status_terminated`. With
+ * `interruptAfterSeq`, the write is also refused when a `user.interrupt`
+ * landed after that log position (a model response that arrives after the
+ * user interrupted is dropped, not recorded).
+ */
+import { ApiError, appendEvents, type EventDraft, type EventLogDeps, lockSession, notifySession, type SessionEvent } from "@openma/api";
+import type { Database } from "@openma/storage";
+import type { Transaction } from "kysely";
+
+export interface SessionTx {
+  trx: Transaction<Database>;
+  /** Appends (idempotently per dedupe key) and returns the stored events in draft order. */
+  append(drafts: readonly EventDraft[]): Promise<SessionEvent[]>;
+}
+
+export type Guarded<T> = { type: "ok"; value: T } | { type: "terminated" } | { type: "interrupted" };
+
+export async function withSession<T>(
+  deps: EventLogDeps,
+  sessionId: string,
+  fn: (tx: SessionTx) => Promise<T>,
+  guard: { interruptAfterSeq?: number } = {},
+): Promise<Guarded<T>> {
+  let appended = false;
+  let result: Guarded<T>;
+  try {
+    result = await deps.storage.db.transaction().execute(async (trx): Promise<Guarded<T>> => {
+      const row = await lockSession(trx, sessionId);
+      if (row.archived_at || row.status === "terminated") return { type: "terminated" };
+      if (guard.interruptAfterSeq !== undefined) {
+        const interrupt = await trx
+          .selectFrom("session_events")
+          .select("seq")
+          .where("session_id", "=", sessionId)
+          .where("seq", ">", guard.interruptAfterSeq)
+          .where("type", "=", "user.interrupt")
+          .limit(1)
+          .executeTakeFirst();
+        if (interrupt) return { type: "interrupted" };
+      }
+      const value = await fn({
+        trx,
+        async append(drafts) {
+          const r = await appendEvents(deps, sessionId, drafts, { trx });
+          if (r.appended.length) appended = true;
+          return r.events;
+        },
+      });
+      return { type: "ok", value };
+    });
+  } catch (err) {
+    // lockSession's 404: the session was deleted under us, which ends it like a termination.
+    if (err instanceof ApiError && err.status === 404) return { type: "terminated" };
+    throw err;
+  }
+  if (appended) await notifySession(deps, sessionId);
+  return result;
+}
+
+export function draft(type: string, fields: Record<string, unknown>, dedupeKey: string): EventDraft {
+  return { type, fields, dedupeKey };
+}

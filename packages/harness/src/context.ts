@@ -1,0 +1,48 @@
+/** What the loop reads about the session besides its log: the agent snapshot and the environment. */
+import type { Storage } from "@openma/storage";
+import type { ServerToolContext } from "./server-tools.ts";
+import type { SessionAgentView } from "./tools.ts";
+
+export interface SessionContext {
+  sessionId: string;
+  agent: SessionAgentView;
+  environmentId: string;
+  /** The environment body, or null when the environment row is gone. */
+  environment: unknown;
+  /** `self_hosted`, `cloud`, `none`; undefined when the environment is gone. */
+  envType: string | undefined;
+  vaultIds: string[];
+  archived: boolean;
+}
+
+export async function loadContext(storage: Storage, sessionId: string): Promise<SessionContext | null> {
+  const row = await storage.db
+    .selectFrom("sessions")
+    .select(["body", "environment_id", "archived_at"])
+    .where("id", "=", sessionId)
+    .executeTakeFirst();
+  if (!row) return null;
+  const body = JSON.parse(row.body) as { agent?: SessionAgentView; vault_ids?: string[] };
+  const env = await storage.db
+    .selectFrom("environments")
+    .select(["config_type", "body"])
+    .where("id", "=", row.environment_id)
+    .executeTakeFirst();
+  return {
+    sessionId,
+    agent: body.agent ?? {},
+    environmentId: row.environment_id,
+    environment: env ? (JSON.parse(env.body) as unknown) : null,
+    envType: env?.config_type,
+    vaultIds: Array.isArray(body.vault_ids) ? body.vault_ids : [],
+    archived: row.archived_at !== null,
+  };
+}
+
+export function serverToolContext(storage: Storage, ctx: SessionContext): ServerToolContext {
+  return { sessionId: ctx.sessionId, agent: ctx.agent, environment: ctx.environment, vaultIds: ctx.vaultIds, storage };
+}
+
+export function modelIdOf(agent: SessionAgentView): string {
+  return typeof agent.model === "string" ? agent.model : (agent.model?.id ?? "");
+}

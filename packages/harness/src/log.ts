@@ -1,0 +1,220 @@
+/**
+ * The session's event log as the loop sees it: read incrementally, then
+ * folded into `LogState`, everything the planner and the conversation
+ * builder need. The log is the only state; nothing survives between steps
+ * except what was appended.
+ */
+import { readEventsAfter } from "@openma/api";
+import type { Storage } from "@openma/storage";
+
+export interface LoggedEvent {
+  seq: number;
+  id: string;
+  type: string;
+  body: Record<string, unknown>;
+}
+
+const PAGE = 500;
+
+/** Appends to `events` everything after its last seq. */
+export async function readNewEvents(storage: Storage, sessionId: string, events: LoggedEvent[]): Promise<void> {
+  let after = events.at(-1)?.seq ?? 0;
+  for (;;) {
+    const rows = await readEventsAfter(storage.db, sessionId, after, PAGE);
+    for (const row of rows)
+      events.push({ seq: row.seq, id: row.id, type: row.type, body: JSON.parse(row.body) as Record<string, unknown> });
+    if (rows.length < PAGE) return;
+    after = rows[rows.length - 1]?.seq ?? after;
+  }
+}
+
+export type ToolUseKind = "tool" | "custom" | "mcp";
+
+export interface ToolUseRecord {
+  id: string;
+  seq: number;
+  kind: ToolUseKind;
+  name: string;
+  input: Record<string, unknown>;
+  permission: string | null;
+  mcpServerName: string | null;
+}
+
+export interface ResultRecord {
+  seq: number;
+  content: unknown[];
+  isError: boolean;
+}
+
+export interface StatusRecord {
+  seq: number;
+  status: "running" | "idle" | "rescheduling" | "terminated";
+  stopReason: { type: string; event_ids?: string[] } | null;
+}
+
+export interface CumulativeUsage {
+  input_tokens: number;
+  output_tokens: number;
+  cache_read_input_tokens: number;
+  cache_creation: { ephemeral_5m_input_tokens: number; ephemeral_1h_input_tokens: number };
+}
+
+export interface LogState {
+  events: readonly LoggedEvent[];
+  lastSeq: number;
+  terminated: boolean;
+  lastStatus: StatusRecord | null;
+  lastIdleSeq: number;
+  lastInterruptSeq: number;
+  /** Last `span.model_request_end` with `is_error: false` (a response that landed). */
+  lastResponseEndSeq: number;
+  /** Last event the model must see that it has not answered: a user message or a tool result. */
+  lastInputSeq: number;
+  /** Last event that goes into the conversation (the request key of the next model call). */
+  lastContentSeq: number;
+  toolUses: ToolUseRecord[];
+  results: Map<string, ResultRecord>;
+  confirmations: Map<string, { result: string; denyMessage: string | null; seq: number }>;
+  usage: CumulativeUsage;
+}
+
+const TOOL_USE_KINDS: Record<string, ToolUseKind> = {
+  "agent.tool_use": "tool",
+  "agent.custom_tool_use": "custom",
+  "agent.mcp_tool_use": "mcp",
+};
+
+/** Result event type → the field naming the tool use it answers. */
+const RESULT_FIELDS: Record<string, string> = {
+  "user.tool_result": "tool_use_id",
+  "user.custom_tool_result": "custom_tool_use_id",
+  "agent.tool_result": "tool_use_id",
+  "agent.mcp_tool_result": "mcp_tool_use_id",
+};
+
+const STATUS_OF: Record<string, StatusRecord["status"]> = {
+  "session.status_running": "running",
+  "session.status_idle": "idle",
+  "session.status_rescheduled": "rescheduling",
+  "session.status_terminated": "terminated",
+};
+
+export const CONTENT_TYPES: ReadonlySet<string> = new Set([
+  "user.message",
+  "system.message",
+  "agent.message",
+  ...Object.keys(TOOL_USE_KINDS),
+  ...Object.keys(RESULT_FIELDS),
+]);
+
+function num(v: unknown): number {
+  return typeof v === "number" && Number.isFinite(v) && v > 0 ? v : 0;
+}
+
+function usageOf(raw: unknown): CumulativeUsage {
+  const u = (raw ?? {}) as Record<string, unknown>;
+  const creation = (u.cache_creation ?? {}) as Record<string, unknown>;
+  return {
+    input_tokens: num(u.input_tokens),
+    output_tokens: num(u.output_tokens),
+    cache_read_input_tokens: num(u.cache_read_input_tokens),
+    cache_creation: {
+      ephemeral_5m_input_tokens: num(creation.ephemeral_5m_input_tokens),
+      ephemeral_1h_input_tokens: num(creation.ephemeral_1h_input_tokens),
+    },
+  };
+}
+
+export function scanLog(events: readonly LoggedEvent[]): LogState {
+  const state: LogState = {
+    events,
+    lastSeq: events.at(-1)?.seq ?? 0,
+    terminated: false,
+    lastStatus: null,
+    lastIdleSeq: 0,
+    lastInterruptSeq: 0,
+    lastResponseEndSeq: 0,
+    lastInputSeq: 0,
+    lastContentSeq: 0,
+    toolUses: [],
+    results: new Map(),
+    confirmations: new Map(),
+    usage: usageOf(undefined),
+  };
+  const useSeq = new Map<string, number>();
+  for (const e of events) {
+    const b = e.body;
+    if (CONTENT_TYPES.has(e.type)) state.lastContentSeq = e.seq;
+    const kind = TOOL_USE_KINDS[e.type];
+    if (kind) {
+      state.toolUses.push({
+        id: e.id,
+        seq: e.seq,
+        kind,
+        name: String(b.name ?? ""),
+        input: (b.input ?? {}) as Record<string, unknown>,
+        permission: typeof b.evaluated_permission === "string" ? b.evaluated_permission : null,
+        mcpServerName: typeof b.mcp_server_name === "string" ? b.mcp_server_name : null,
+      });
+      useSeq.set(e.id, e.seq);
+      continue;
+    }
+    const resultField = RESULT_FIELDS[e.type];
+    if (resultField) {
+      const toolUseId = String(b[resultField] ?? "");
+      if (state.results.has(toolUseId)) continue; // the first answer wins; a late duplicate changes nothing
+      state.results.set(toolUseId, { seq: e.seq, content: Array.isArray(b.content) ? b.content : [], isError: b.is_error === true });
+      // An answer to a call the user interrupted is history, not new input.
+      if ((useSeq.get(toolUseId) ?? 0) > state.lastInterruptSeq) state.lastInputSeq = e.seq;
+      continue;
+    }
+    const status = STATUS_OF[e.type];
+    if (status) {
+      const reason = b.stop_reason as StatusRecord["stopReason"] | undefined;
+      state.lastStatus = { seq: e.seq, status, stopReason: status === "idle" ? (reason ?? { type: "end_turn" }) : null };
+      if (status === "idle") state.lastIdleSeq = e.seq;
+      if (status === "terminated") state.terminated = true;
+      continue;
+    }
+    switch (e.type) {
+      case "user.message":
+      case "system.message":
+        state.lastInputSeq = e.seq;
+        break;
+      case "user.interrupt":
+        state.lastInterruptSeq = e.seq;
+        break;
+      case "user.tool_confirmation":
+        if (!state.confirmations.has(String(b.tool_use_id))) {
+          state.confirmations.set(String(b.tool_use_id), {
+            result: String(b.result),
+            denyMessage: typeof b.deny_message === "string" ? b.deny_message : null,
+            seq: e.seq,
+          });
+        }
+        break;
+      case "span.model_request_end":
+        if (b.is_error === false) state.lastResponseEndSeq = e.seq;
+        break;
+      case "session.usage":
+        state.usage = usageOf(b.usage);
+        break;
+      case "session.deleted":
+        state.terminated = true;
+        break;
+    }
+  }
+  return state;
+}
+
+/** Tool uses still waiting for a result; a later `user.interrupt` abandons the ones before it. */
+export function outstandingToolUses(state: LogState): ToolUseRecord[] {
+  return state.toolUses.filter((t) => !state.results.has(t.id) && t.seq > state.lastInterruptSeq);
+}
+
+/** Failed attempts of the model request built from the log up to `contentSeq`. */
+export function failedAttemptsSince(state: LogState, contentSeq: number): number {
+  let n = 0;
+  for (const e of state.events) if (e.seq > contentSeq && e.type === "span.model_request_end" && e.body.is_error === true) n++;
+  return n;
+}

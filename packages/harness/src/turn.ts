@@ -1,0 +1,138 @@
+/**
+ * The default harness ("brain", harness outside the sandbox): a stateless
+ * agent loop over the session's event log.
+ *
+ * `runTurn` repeatedly reads the log, asks the planner for the one next
+ * step, and performs it: call the model, settle a tool use, or record that
+ * the session is idle. Everything it knows comes from the log, and every
+ * event it appends carries a deterministic dedupe key, so a crashed run can
+ * simply be run again:
+ *
+ *  - events already recorded are never recorded twice (same keys);
+ *  - at most the one unfinished step is repeated: the model request that was
+ *    in flight (its response had not landed) or the tool call whose result
+ *    had not landed (tools therefore run at least once, results are
+ *    recorded exactly once);
+ *  - a response lands atomically (blocks, span end, usage, final idle).
+ *
+ * The caller (the execution queue) guarantees one runner per session at a
+ * time; if two ever overlap, the dedupe keys still keep the log consistent.
+ */
+import type { Logger } from "@openma/api";
+import type { SandboxResolver } from "@openma/contract";
+import type { Clock, IdFactory, Storage } from "@openma/storage";
+import { actStep } from "./actions.ts";
+import { draft, withSession } from "./append.ts";
+import { loadContext, type SessionContext, serverToolContext } from "./context.ts";
+import { type LoggedEvent, type LogState, readNewEvents, scanLog } from "./log.ts";
+import type { ModelPort } from "./model.ts";
+import { modelStep } from "./model-step.ts";
+import { planStep, type Step, type TurnOutcome } from "./plan.ts";
+import type { ServerToolContext, ServerToolExecutor, SessionToolSet } from "./server-tools.ts";
+
+export type { TurnOutcome } from "./plan.ts";
+
+export interface TurnRunnerDeps {
+  storage: Storage;
+  clock: Clock;
+  ids: IdFactory;
+  logger: Logger;
+  model: ModelPort;
+  sandboxes: SandboxResolver;
+  /** Executors shared by every session (web_fetch). */
+  serverTools: ServerToolExecutor[];
+  /**
+   * Optional: executors that belong to one run of one session (e.g.
+   * `createMcpExecutors(ctx.agent)`), made on the run's first step and
+   * closed when it returns.
+   */
+  sessionTools?: (ctx: ServerToolContext) => SessionToolSet;
+}
+
+/** A guard against a planner bug looping forever; a real turn never gets near it. */
+const MAX_STEPS = 10_000;
+
+function plan(state: LogState, ctx: SessionContext, executors: readonly ServerToolExecutor[]): Step {
+  return planStep(state, { envType: ctx.envType, archived: ctx.archived, agent: ctx.agent, executors });
+}
+
+/** `session.status_running` before the turn does work, unless the log already says running. False when the session ended. */
+async function running(deps: TurnRunnerDeps, sessionId: string, state: LogState): Promise<boolean> {
+  if (state.lastStatus?.status === "running") return true;
+  const key = `running:${state.lastStatus?.seq ?? 0}`;
+  const r = await withSession(deps, sessionId, (tx) => tx.append([draft("session.status_running", {}, key)]));
+  return r.type === "ok";
+}
+
+/** Runs the session until it needs input from outside (user, self-hosted worker, confirmation) or ends. Stateless: rebuilds everything from the event log, so a crashed run can simply be run again. */
+export async function runTurn(deps: TurnRunnerDeps, sessionId: string, signal: AbortSignal): Promise<TurnOutcome> {
+  const held: { set: SessionToolSet | null } = { set: null };
+  try {
+    return await runSteps(deps, sessionId, signal, (ctx) => {
+      if (deps.sessionTools) held.set ??= deps.sessionTools(serverToolContext(deps.storage, ctx));
+      return held.set ? [...deps.serverTools, ...held.set.executors] : deps.serverTools;
+    });
+  } catch (err) {
+    if (signal.aborted) return { type: "interrupted" };
+    const error = err instanceof Error ? err.message : String(err);
+    deps.logger.error({ session_id: sessionId, err: error }, "turn failed");
+    return { type: "failed", error };
+  } finally {
+    await held.set
+      ?.close()
+      .catch((err: Error) => deps.logger.warn({ session_id: sessionId, err: err.message }, "closing session tools failed"));
+  }
+}
+
+const TERMINATED = (sessionId: string): TurnOutcome => ({ type: "failed", error: `session ${sessionId} is terminated` });
+
+async function runSteps(
+  deps: TurnRunnerDeps,
+  sessionId: string,
+  signal: AbortSignal,
+  executorsFor: (ctx: SessionContext) => readonly ServerToolExecutor[],
+): Promise<TurnOutcome> {
+  const events: LoggedEvent[] = [];
+  for (let step = 0; step < MAX_STEPS; step++) {
+    if (signal.aborted) return { type: "interrupted" };
+    const ctx = await loadContext(deps.storage, sessionId);
+    if (!ctx) return { type: "failed", error: `session ${sessionId} was not found` };
+    await readNewEvents(deps.storage, sessionId, events);
+    const state = scanLog(events);
+    const executors = executorsFor(ctx);
+    const next = plan(state, ctx, executors);
+    let outcome: TurnOutcome | null = null;
+    switch (next.kind) {
+      case "terminated":
+        return TERMINATED(sessionId);
+      case "settled":
+        return next.outcome;
+      case "idle": {
+        const stop = draft("session.status_idle", { stop_reason: next.stopReason, stop_details: null }, next.dedupeKey);
+        const r = await withSession(deps, sessionId, (tx) => tx.append([stop]));
+        return r.type === "terminated" ? TERMINATED(sessionId) : next.outcome;
+      }
+      case "act":
+        if (!(await running(deps, sessionId, state))) return TERMINATED(sessionId);
+        outcome = await actStep(deps, ctx, state, next.toolUse, next.action, signal);
+        break;
+      case "call_model":
+        if (!(await running(deps, sessionId, state))) return TERMINATED(sessionId);
+        outcome = await modelStep(deps, ctx, state, executors, signal);
+        break;
+    }
+    if (outcome) return outcome;
+  }
+  return { type: "failed", error: `turn of session ${sessionId} exceeded ${MAX_STEPS} steps` };
+}
+
+/** True when the session's log has input the agent has not answered yet (used by the execution queue to decide whether a session needs a turn). */
+export async function needsTurn(storage: Storage, sessionId: string): Promise<boolean> {
+  const ctx = await loadContext(storage, sessionId);
+  if (!ctx) return false;
+  const events: LoggedEvent[] = [];
+  await readNewEvents(storage, sessionId, events);
+  // Executors only decide *how* a tool use is settled, not *whether* there is work, so none are needed here.
+  const next = plan(scanLog(events), ctx, []);
+  return next.kind === "act" || next.kind === "call_model" || next.kind === "idle";
+}

@@ -1,0 +1,40 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { describeBlobStore } from "./blob-suite.ts";
+import { FsBlobStore } from "./blobs.ts";
+import { S3BlobStore } from "./s3-blobs.ts";
+import { openStandInBlobStore, openTestStorage } from "./testing.ts";
+
+describeBlobStore("FsBlobStore", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "openma-blobs-"));
+  return { store: new FsBlobStore(dir), close: async () => rmSync(dir, { recursive: true, force: true }) };
+});
+
+describeBlobStore("S3BlobStore on the S3 stand-in", openStandInBlobStore);
+
+describe("openTestStorage blobs", () => {
+  it.each([
+    ["fs", FsBlobStore],
+    ["s3", S3BlobStore],
+  ] as const)("OPENMA_TEST_BLOBS=%s selects %o", async (mode, kind) => {
+    const previous = process.env.OPENMA_TEST_BLOBS;
+    process.env.OPENMA_TEST_BLOBS = mode;
+    try {
+      const t = await openTestStorage("sqlite");
+      try {
+        expect(t.storage.blobs).toBeInstanceOf(kind);
+        await t.storage.blobs.put("ns/k", Buffer.from(mode));
+        expect((await t.storage.blobs.get("ns/k"))?.toString()).toBe(mode);
+      } finally {
+        await t.cleanup();
+      }
+      process.env.OPENMA_TEST_BLOBS = "minio";
+      await expect(openTestStorage("sqlite")).rejects.toThrow(/OPENMA_TEST_BLOBS must be fs or s3/);
+    } finally {
+      if (previous === undefined) delete process.env.OPENMA_TEST_BLOBS;
+      else process.env.OPENMA_TEST_BLOBS = previous;
+    }
+  });
+});
