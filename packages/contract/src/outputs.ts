@@ -35,7 +35,11 @@ export type OutputRejectionReason =
   | "file_too_large"
   | "too_many_files"
   | "total_too_large"
-  | "changed_while_reading";
+  | "changed_while_reading"
+  /** A name that cannot round-trip through a manifest (not UTF-8, too long, too deep). */
+  | "invalid_path"
+  /** The file could not be read (permissions, I/O error). */
+  | "unreadable";
 
 export interface OutputViolation {
   path: string;

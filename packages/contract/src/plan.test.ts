@@ -206,6 +206,11 @@ describe("resolveManagedRuntimePlan: outputs, checkpoints, lanes", () => {
       strategy: "final_collect",
       durability: "durable",
     });
+    // Offer order does not matter: a weaker duplicate listed after a stronger one never replaces it.
+    const reversed = { ...caps, outputs: [...caps.outputs].reverse() };
+    expect(
+      planned(profile({ outputs: { requirement: "durable", preferredStrategies: ["final_collect"] } }), reversed).outputs?.durability,
+    ).toBe("durable");
   });
 
   it("fails closed when a runtime checkpoint is required but no RuntimeCheckpointPort is wired", () => {

@@ -1,0 +1,179 @@
+/**
+ * The state one generation's run carries between its named steps: the held
+ * fence, the run-wide abort signal, the latest known publication, the trace
+ * and a cleanup stack. Steps receive it and return `Step<T>` values; nothing
+ * else is mutable, so the transaction reads as a list of steps instead of one
+ * closure juggling flags.
+ *
+ * The cleanup stack is what gives the seed's cleanup order for free: the
+ * fence is acquired first and compute last, so unwinding in reverse
+ * terminates (or suspends) compute, then releases output and workspace
+ * bindings, and releases the fence at the very end, after compute is dead.
+ */
+import {
+  type ActivePublication,
+  type FenceIdentity,
+  fenceIdentity,
+  type ManagedRuntimePlan,
+  type OutputViolation,
+  type RuntimeResourceFence,
+  type RuntimeResourceScope,
+  redactSecrets,
+} from "@openma/contract";
+import type { HeldLease } from "@openma/leases";
+import type { CleanupSummary, HostTimings, ManagedRuntimeHostDeps, StepName, StepStatus, TraceEntry } from "./types.ts";
+
+/** How the transaction ended, before cleanup turns it into a `RuntimeRunResult`. */
+export type RunEnd =
+  | { type: "completed"; publication: ActivePublication | null; rejectedOutputs: OutputViolation[] }
+  | { type: "lease_lost"; stage: StepName; reason: string }
+  | { type: "cancelled"; stage: StepName }
+  | { type: "failed"; stage: StepName; error: string };
+
+export type Interruption = Extract<RunEnd, { type: "lease_lost" | "cancelled" }>;
+
+export type Step<T> = { ok: true; value: T } | { ok: false; end: RunEnd };
+
+export function ok<T>(value: T): Step<T> {
+  return { ok: true, value };
+}
+
+export function fail<T>(end: RunEnd): Step<T> {
+  return { ok: false, end };
+}
+
+const MAX_DETAIL_LENGTH = 512;
+
+export function describeError(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+export class Trace {
+  readonly entries: TraceEntry[] = [];
+  #secrets: string[] = [];
+
+  /** Values that must never appear in a trace (the fence token). */
+  redact(secret: string): void {
+    this.#secrets.push(secret);
+  }
+
+  add(step: StepName, status: StepStatus, detail?: string): void {
+    const entry: TraceEntry = { step, status };
+    if (detail !== undefined) entry.detail = redactSecrets(detail, this.#secrets, MAX_DETAIL_LENGTH);
+    this.entries.push(entry);
+  }
+}
+
+type CleanupItem = (end: RunEnd) => Promise<void>;
+
+/** Last acquired, first released. Items trace and swallow their own failures. */
+export class CleanupStack {
+  #items: CleanupItem[] = [];
+
+  get depth(): number {
+    return this.#items.length;
+  }
+
+  push(item: CleanupItem): void {
+    this.#items.push(item);
+  }
+
+  async unwind(end: RunEnd, toDepth = 0): Promise<void> {
+    while (this.#items.length > toDepth) await this.#items.pop()!(end);
+  }
+}
+
+export class RunContext {
+  readonly cleanup = new CleanupStack();
+  readonly summary: CleanupSummary = { compute: "none", orphanIds: [] };
+  /** Aborted on lease loss (renewal, stale publish) and on cancellation. */
+  readonly signal: AbortSignal;
+  /** Cleanup must run to the end even after the run signal fired. */
+  readonly cleanupSignal = new AbortController().signal;
+  /** The newest publication this run knows of (acquire, then each of its own publishes). */
+  active: ActivePublication | null;
+  readonly #loss = new AbortController();
+  readonly #external: AbortSignal;
+
+  constructor(
+    readonly deps: ManagedRuntimeHostDeps,
+    readonly timings: HostTimings,
+    readonly scope: RuntimeResourceScope,
+    readonly plan: ManagedRuntimePlan,
+    readonly trace: Trace,
+    readonly held: HeldLease<RuntimeResourceFence>,
+    active: ActivePublication | null,
+    external: AbortSignal,
+  ) {
+    this.active = active;
+    this.#external = external;
+    this.signal = AbortSignal.any([held.signal, this.#loss.signal, external]);
+  }
+
+  get fence(): RuntimeResourceFence {
+    return this.held.current;
+  }
+
+  get identity(): FenceIdentity {
+    return fenceIdentity(this.held.current);
+  }
+
+  get generation(): number {
+    return this.held.current.generation;
+  }
+
+  /** Idempotency key of a stage of this generation: unique per scope because generations are. */
+  key(...parts: Array<string | number>): string {
+    return [this.generation, ...parts].join(":");
+  }
+
+  /** The fence said stale: stop everything, as if the renewal loop had noticed. */
+  loseLease(reason: string): void {
+    // A second call is a no-op: an AbortController keeps its first reason.
+    this.#loss.abort(new Error(reason));
+  }
+
+  /** Why the run must stop now, if it must. Lease loss wins over cancellation: it is the stronger claim. */
+  interruption(stage: StepName): Interruption | null {
+    if (this.#loss.signal.aborted) return { type: "lease_lost", stage, reason: describeError(this.#loss.signal.reason) };
+    if (this.held.signal.aborted) return { type: "lease_lost", stage, reason: describeError(this.held.signal.reason) };
+    if (this.#external.aborted) return { type: "cancelled", stage };
+    return null;
+  }
+
+  /**
+   * Runs one step: refuses to start after an interruption, and turns a
+   * thrown port error into a `failed` end (or `lease_lost`/`cancelled` when
+   * the throw was the port honouring our abort).
+   */
+  async guard<T>(stage: StepName, fn: () => Promise<Step<T>>): Promise<Step<T>> {
+    const before = this.interruption(stage);
+    if (before) {
+      this.trace.add(stage, before.type);
+      return fail(before);
+    }
+    try {
+      return await fn();
+    } catch (err) {
+      const end: Interruption | Extract<RunEnd, { type: "failed" }> = this.interruption(stage) ?? {
+        type: "failed",
+        stage,
+        error: describeError(err),
+      };
+      this.trace.add(stage, end.type, describeError(err));
+      return fail(end);
+    }
+  }
+
+  /** Cleanup helper: runs `fn`, traces a failure, never throws. */
+  async bestEffort(step: StepName, fn: () => Promise<string | undefined>): Promise<boolean> {
+    try {
+      const detail = await fn();
+      this.trace.add(step, "ok", detail);
+      return true;
+    } catch (err) {
+      this.trace.add(step, "failed", describeError(err));
+      return false;
+    }
+  }
+}

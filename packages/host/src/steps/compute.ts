@@ -1,0 +1,195 @@
+/**
+ * Steps `restore_runtime_checkpoint`, `acquire_compute`, `attach`, and the
+ * compute half of cleanup (`suspend_compute` / `terminate_compute` /
+ * `enqueue_orphan`).
+ *
+ * A previously published runtime checkpoint is only an optimization: it is
+ * restored only if `assessRestorableCheckpoint` accepts it for this
+ * generation, this harness build and the workspace candidate just restored,
+ * and any rejection or failure falls back to a cold acquire.
+ *
+ * A hard kill that fails leaves compute we can no longer account for, so a
+ * token-free orphan record is persisted for the reaper; the fence token is
+ * passed as a value to redact, never stored.
+ */
+import {
+  assessRestorableCheckpoint,
+  harnessIdentityOf,
+  type ManagedSandboxLease,
+  type OrphanReason,
+  type RuntimeCheckpointExpectation,
+  type RuntimeCheckpointKind,
+  type SandboxStopReason,
+  type SessionOutputBinding,
+  type WorkspaceBinding,
+  type WorkspaceCandidateRef,
+} from "@openma/contract";
+import { describeError, fail, ok, type RunContext, type RunEnd, type Step } from "../context.ts";
+
+export interface Placement {
+  attempt: number;
+  workspace: WorkspaceBinding;
+  restored: WorkspaceCandidateRef | null;
+  outputs: SessionOutputBinding | null;
+  lease: ManagedSandboxLease;
+}
+
+export function checkpointExpectation(
+  ctx: RunContext,
+  kind: RuntimeCheckpointKind,
+  workspaceCandidateId: string | null,
+): RuntimeCheckpointExpectation {
+  return {
+    provider: ctx.plan.provider,
+    sessionId: ctx.scope.sessionId,
+    generation: ctx.generation,
+    kind,
+    harness: harnessIdentityOf(ctx.plan.driver),
+    workspaceCandidateId,
+  };
+}
+
+type Bindings = Omit<Placement, "lease">;
+
+export async function acquireCompute(ctx: RunContext, bindings: Bindings): Promise<Step<ManagedSandboxLease>> {
+  const restored = await restoreRuntimeCheckpoint(ctx, bindings.restored);
+  if (restored !== null) return ok(restored);
+  return ctx.guard("acquire_compute", async () => {
+    const result = await ctx.deps.sandbox.acquire({
+      scope: ctx.scope,
+      fence: ctx.identity,
+      plan: ctx.plan,
+      workspace: bindings.workspace,
+      outputs: bindings.outputs,
+      idempotencyKey: ctx.key("sandbox-acquire", bindings.attempt),
+      signal: ctx.signal,
+    });
+    if (result.type === "unavailable") {
+      ctx.trace.add("acquire_compute", "failed", `unavailable: ${result.reason}`);
+      return fail({ type: "failed", stage: "acquire_compute", error: `no compute available: ${result.reason}` });
+    }
+    adoptCompute(ctx, result.lease);
+    ctx.trace.add("acquire_compute", "ok", result.lease.runtimeId);
+    return ok(result.lease);
+  });
+}
+
+/** A restored runtime, or `null` to acquire cold. Never fails the run. */
+async function restoreRuntimeCheckpoint(ctx: RunContext, workspace: WorkspaceCandidateRef | null): Promise<ManagedSandboxLease | null> {
+  const planned = ctx.plan.runtimeCheckpoint;
+  const ref = ctx.active?.runtimeCheckpoint ?? null;
+  if (planned === null || ref === null) return null;
+  const assessment = assessRestorableCheckpoint(ref, checkpointExpectation(ctx, planned.kind, workspace?.id ?? null));
+  if (assessment.type === "rejected") {
+    ctx.trace.add("restore_runtime_checkpoint", "rejected", `${ref.checkpointId}: ${assessment.reason}; cold start`);
+    return null;
+  }
+  try {
+    const result = await ctx.deps.runtimeCheckpoint!.restore({ scope: ctx.scope, fence: ctx.identity, ref, signal: ctx.signal });
+    if (result.type === "restored") {
+      adoptCompute(ctx, result.lease);
+      ctx.trace.add("restore_runtime_checkpoint", "ok", `${ref.checkpointId} -> ${result.lease.runtimeId}`);
+      return result.lease;
+    }
+    ctx.trace.add("restore_runtime_checkpoint", "failed", `${result.error}; cold start`);
+  } catch (err) {
+    ctx.trace.add("restore_runtime_checkpoint", "failed", `${describeError(err)}; cold start`);
+  }
+  return null;
+}
+
+function adoptCompute(ctx: RunContext, lease: ManagedSandboxLease): void {
+  ctx.cleanup.push((end) => releaseCompute(ctx, lease, end));
+}
+
+export function attach(ctx: RunContext, placement: Placement): Promise<Step<void>> {
+  return ctx.guard("attach", async () => {
+    const base = { scope: ctx.scope, fence: ctx.identity, sandbox: placement.lease, signal: ctx.signal };
+    await ctx.deps.workspace.attach({ ...base, binding: placement.workspace });
+    if (placement.outputs) await ctx.deps.outputs!.attach({ ...base, binding: placement.outputs });
+    ctx.trace.add("attach", "ok");
+    return ok(undefined);
+  });
+}
+
+const STOP_REASON: Record<RunEnd["type"], SandboxStopReason> = {
+  completed: "completed",
+  failed: "failed",
+  lease_lost: "lease_lost",
+  cancelled: "cancelled",
+};
+
+/**
+ * Suspend (retained runtime after a completed run) or hard-kill. A failed
+ * suspend falls back to a kill: an unaccounted-for runtime is worse than a
+ * cold start next time.
+ */
+async function releaseCompute(ctx: RunContext, lease: ManagedSandboxLease, end: RunEnd): Promise<void> {
+  const retain = end.type === "completed" && ctx.plan.workspace.strategy === "retained_runtime";
+  if (retain && (await suspend(ctx, lease))) return;
+  const error = await terminate(ctx, lease, end);
+  if (error === null) {
+    ctx.summary.compute = "terminated";
+    return;
+  }
+  const reason: OrphanReason = retain ? "suspend_failed" : end.type === "lease_lost" ? "lease_lost" : "terminate_failed";
+  await enqueueOrphan(ctx, lease, reason, error);
+}
+
+async function suspend(ctx: RunContext, lease: ManagedSandboxLease): Promise<boolean> {
+  try {
+    const result = await ctx.deps.sandbox.suspend({ scope: ctx.scope, fence: ctx.identity, lease, signal: ctx.cleanupSignal });
+    if (result.type === "suspended") {
+      ctx.summary.compute = "suspended";
+      ctx.trace.add("suspend_compute", "ok", result.lease.runtimeId);
+      return true;
+    }
+    ctx.trace.add("suspend_compute", "failed", result.error);
+  } catch (err) {
+    ctx.trace.add("suspend_compute", "failed", describeError(err));
+  }
+  return false;
+}
+
+/** `null` when the runtime is gone, otherwise why the hard kill failed. */
+async function terminate(ctx: RunContext, lease: ManagedSandboxLease, end: RunEnd): Promise<string | null> {
+  let error: string;
+  try {
+    const result = await ctx.deps.sandbox.terminate({
+      scope: ctx.scope,
+      fence: ctx.identity,
+      lease,
+      reason: STOP_REASON[end.type],
+      signal: ctx.cleanupSignal,
+    });
+    if (result.type === "terminated") {
+      ctx.trace.add("terminate_compute", "ok", lease.runtimeId);
+      return null;
+    }
+    error = result.error;
+  } catch (err) {
+    error = describeError(err);
+  }
+  ctx.trace.add("terminate_compute", "failed", error);
+  return error;
+}
+
+async function enqueueOrphan(ctx: RunContext, lease: ManagedSandboxLease, reason: OrphanReason, error: string): Promise<void> {
+  try {
+    const record = await ctx.deps.orphans.enqueue({
+      scope: ctx.scope,
+      generation: ctx.generation,
+      lease,
+      reason,
+      error,
+      redact: [ctx.fence.token],
+      signal: ctx.cleanupSignal,
+    });
+    ctx.summary.compute = "orphaned";
+    ctx.summary.orphanIds.push(record.id);
+    ctx.trace.add("enqueue_orphan", "ok", `${record.id} (${reason})`);
+  } catch (err) {
+    ctx.summary.compute = "leaked";
+    ctx.trace.add("enqueue_orphan", "failed", describeError(err));
+  }
+}
