@@ -8,6 +8,7 @@ import { type ApiDeps, createApp, type Logger } from "@openma/api";
 import { ExecutionWorker } from "@openma/execution";
 import { harnessRunner } from "@openma/execution/harness-runner";
 import { createAnthropicModel, noSandboxResolver } from "@openma/harness";
+import { createMcpExecutors } from "@openma/harness/server-tools/mcp";
 import { WebFetchExecutor } from "@openma/harness/server-tools/web-fetch";
 import { newId, openStorage, type Storage, systemClock } from "@openma/storage";
 import type { BlobStore } from "@openma/storage/blobs";
@@ -124,6 +125,8 @@ function startBrain(config: ServerConfig, deps: ApiDeps): ExecutionWorker | null
     model: createAnthropicModel({ baseURL: config.model.baseUrl, apiKey: config.model.apiKey }),
     sandboxes: noSandboxResolver,
     serverTools: [new WebFetchExecutor()],
+    // MCP connections belong to one session's agent: made per run, closed when it ends.
+    sessionTools: (ctx) => createMcpExecutors(ctx.agent),
   });
   const worker = new ExecutionWorker({
     storage: deps.storage,

@@ -28,6 +28,7 @@ import { type LoggedEvent, type LogState, readNewEvents, scanLog } from "./log.t
 import type { ModelPort } from "./model.ts";
 import { modelStep } from "./model-step.ts";
 import { planStep, type Step, type TurnOutcome } from "./plan.ts";
+import { credentialHostErrors } from "./server-tools/vault-credentials.ts";
 import type { ServerToolContext, ServerToolExecutor, SessionToolSet } from "./server-tools.ts";
 
 export type { TurnOutcome } from "./plan.ts";
@@ -84,6 +85,37 @@ export async function runTurn(deps: TurnRunnerDeps, sessionId: string, signal: A
   }
 }
 
+/**
+ * §5.5 `credential_host_unreachable_error` for each vault credential whose
+ * hosts the environment's networking forbids: checked once per run, before
+ * its first model request. The session goes on without that credential's
+ * reach (no credential is marked required in this API), so the error says
+ * `retrying` like the other non-fatal configuration errors (the SDK
+ * documents `terminal` as "the session will be terminated"). Keyed on the
+ * turn (the last idle before it), so a re-run after a crash records nothing
+ * twice while every later turn is told again.
+ */
+async function reportCredentialHosts(deps: TurnRunnerDeps, ctx: SessionContext, state: LogState): Promise<void> {
+  if (ctx.vaultIds.length === 0) return;
+  let errors: Awaited<ReturnType<typeof credentialHostErrors>>;
+  try {
+    errors = await credentialHostErrors({ storage: deps.storage, vaultIds: ctx.vaultIds, environment: ctx.environment });
+  } catch (err) {
+    // A check that cannot run must not block the turn; the executors still refuse what the credentials do not cover.
+    deps.logger.warn({ session_id: ctx.sessionId, err: (err as Error).message }, "credential host check failed");
+    return;
+  }
+  if (errors.length === 0) return;
+  const drafts = errors.map((error) =>
+    draft(
+      "session.error",
+      { error: { ...error, retry_status: { type: "retrying" } } },
+      `credential_hosts:${state.lastIdleSeq}:${error.credential_id}`,
+    ),
+  );
+  await withSession(deps, ctx.sessionId, (tx) => tx.append(drafts));
+}
+
 const TERMINATED = (sessionId: string): TurnOutcome => ({ type: "failed", error: `session ${sessionId} is terminated` });
 
 async function runSteps(
@@ -93,6 +125,7 @@ async function runSteps(
   executorsFor: (ctx: SessionContext) => readonly ServerToolExecutor[],
 ): Promise<TurnOutcome> {
   const events: LoggedEvent[] = [];
+  let hostsChecked = false;
   for (let step = 0; step < MAX_STEPS; step++) {
     if (signal.aborted) return { type: "interrupted" };
     const ctx = await loadContext(deps.storage, sessionId);
@@ -118,6 +151,8 @@ async function runSteps(
         break;
       case "call_model":
         if (!(await running(deps, sessionId, state))) return TERMINATED(sessionId);
+        if (!hostsChecked) await reportCredentialHosts(deps, ctx, state);
+        hostsChecked = true;
         outcome = await modelStep(deps, ctx, state, executors, signal);
         break;
     }
