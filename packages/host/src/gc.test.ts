@@ -4,13 +4,13 @@ import { join } from "node:path";
 import type { PublicationRecord, RuntimeCheckpointRef } from "@openma/contract";
 import { checkpointManifestKey, outputManifestKey, restoreCheckpoint } from "@openma/persistence";
 import { FsBlobStore } from "@openma/storage/blobs";
-import { BACKENDS, type TestStorage } from "@openma/storage/testing";
+import { BACKENDS, openTestStorage, type TestStorage } from "@openma/storage/testing";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { FsSessionOutputs } from "./adapters/fs-outputs.ts";
 import { FsCheckpointWorkspace } from "./adapters/fs-workspace.ts";
 import { sqlFenceScopes, sqlRuntimePorts } from "./adapters/sql.ts";
 import { collectRuntimeGarbage, retention } from "./gc.ts";
-import { AMA_WORKER_PROFILE, openRig, openSuiteStorage, type Rig } from "./testing/rig.ts";
+import { AMA_WORKER_PROFILE, openRig, type Rig } from "./testing/rig.ts";
 
 const signal = new AbortController().signal;
 const HOUR = 3_600_000;
@@ -75,7 +75,7 @@ describe.each(BACKENDS)("collectRuntimeGarbage on %s", (dialect) => {
   let real: { workspace: FsCheckpointWorkspace; outputs: FsSessionOutputs };
 
   beforeAll(async () => {
-    storage = await openSuiteStorage(dialect);
+    storage = await openTestStorage(dialect);
   });
   afterAll(async () => storage?.cleanup());
   beforeEach(async () => {

@@ -7,11 +7,11 @@
  * a failed hard kill leaves a token-free orphan. Virtual time only.
  */
 import type { ActivePublication, ManagedRuntimeProfile } from "@openma/contract";
-import { BACKENDS, type TestStorage } from "@openma/storage/testing";
+import { BACKENDS, openTestStorage, type TestStorage } from "@openma/storage/testing";
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import type { FakeOutputBinding } from "./testing/fakes.ts";
 import type { Fault } from "./testing/faults.ts";
-import { AMA_WORKER_PROFILE, drive, openRig, openSuiteStorage, type Rig, steps, TEST_TIMINGS } from "./testing/rig.ts";
+import { AMA_WORKER_PROFILE, drive, openRig, type Rig, steps, TEST_TIMINGS } from "./testing/rig.ts";
 import type { ComputeEnd, RuntimeRunResult } from "./types.ts";
 
 const HEAD = ["plan:ok", "acquire_fence:ok"];
@@ -386,7 +386,7 @@ describe.each(BACKENDS)("runtime host fault matrix on %s", (dialect) => {
   let storage: TestStorage;
   let rig: Rig;
   beforeAll(async () => {
-    storage = await openSuiteStorage(dialect);
+    storage = await openTestStorage(dialect);
   });
   afterAll(async () => storage?.cleanup());
   afterEach(() => {

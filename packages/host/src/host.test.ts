@@ -1,18 +1,8 @@
 import type { ManagedRuntimeProfile } from "@openma/contract";
-import { BACKENDS, type TestStorage } from "@openma/storage/testing";
+import { BACKENDS, openTestStorage, type TestStorage } from "@openma/storage/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { gate } from "./testing/faults.ts";
-import {
-  AMA_WORKER_PROFILE,
-  drive,
-  openRig,
-  openSuiteStorage,
-  type Rig,
-  SUPERVISED_DRIVER,
-  steps,
-  TEST_TIMINGS,
-  until,
-} from "./testing/rig.ts";
+import { AMA_WORKER_PROFILE, drive, openRig, type Rig, SUPERVISED_DRIVER, steps, TEST_TIMINGS, until } from "./testing/rig.ts";
 import type { HarnessRunInput, HarnessRunResult, TurnCommitResult } from "./types.ts";
 
 const signal = new AbortController().signal;
@@ -35,7 +25,7 @@ describe.each(BACKENDS)("ManagedRuntimeHost on %s", (dialect) => {
   let storage: TestStorage;
   let rig: Rig;
   beforeAll(async () => {
-    storage = await openSuiteStorage(dialect);
+    storage = await openTestStorage(dialect);
   });
   afterAll(async () => storage?.cleanup());
 

@@ -8,10 +8,10 @@
  */
 import type { ActivePublication, PublicationRecord, RuntimeResourceFencePort } from "@openma/contract";
 import { SqlRuntimeResourceFence } from "@openma/storage/fence";
-import { BACKENDS, type TestStorage } from "@openma/storage/testing";
+import { BACKENDS, openTestStorage, type TestStorage } from "@openma/storage/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type StatementFault, StatementFaults } from "./testing/fence.ts";
-import { drive, openRig, openSuiteStorage, type Rig, steps, TEST_TIMINGS } from "./testing/rig.ts";
+import { drive, openRig, type Rig, steps, TEST_TIMINGS } from "./testing/rig.ts";
 
 const signal = new AbortController().signal;
 const COLLECTED = [
@@ -136,7 +136,7 @@ const ROWS: Row[] = [
 describe.each(BACKENDS)("publish faults on the real %s fence", (dialect) => {
   let storage: TestStorage;
   beforeAll(async () => {
-    storage = await openSuiteStorage(dialect);
+    storage = await openTestStorage(dialect);
   });
   afterAll(async () => storage?.cleanup());
 

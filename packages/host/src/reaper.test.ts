@@ -1,12 +1,12 @@
 import type { OrphanReconcileReport } from "@openma/contract";
 import { SqlRuntimeOrphanStore } from "@openma/storage/orphans";
-import { BACKENDS, type TestStorage } from "@openma/storage/testing";
+import { BACKENDS, openTestStorage, type TestStorage } from "@openma/storage/testing";
 import { ManualScheduler } from "@openma/time";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RuntimeReaper } from "./reaper.ts";
 import { FakeSandbox } from "./testing/fakes.ts";
 import { Faults, gate } from "./testing/faults.ts";
-import { openSuiteStorage, until } from "./testing/rig.ts";
+import { until } from "./testing/rig.ts";
 
 const signal = new AbortController().signal;
 const POLICY = { baseDelayMs: 1_000, maxDelayMs: 4_000, maxAttempts: 3, claimTtlMs: 60_000 };
@@ -15,7 +15,7 @@ let sessions = 0;
 describe.each(BACKENDS)("RuntimeReaper on %s", (dialect) => {
   let storage: TestStorage;
   beforeAll(async () => {
-    storage = await openSuiteStorage(dialect);
+    storage = await openTestStorage(dialect);
   });
   afterAll(async () => storage?.cleanup());
 

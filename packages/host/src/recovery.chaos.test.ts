@@ -12,13 +12,13 @@ import { join } from "node:path";
 import type { FlatMetadata } from "@openma/contract";
 import { chunkKey, loadCheckpointManifest } from "@openma/persistence";
 import { FsBlobStore } from "@openma/storage/blobs";
-import { BACKENDS, type TestStorage } from "@openma/storage/testing";
+import { BACKENDS, openTestStorage, type TestStorage } from "@openma/storage/testing";
 import { ManualScheduler } from "@openma/time";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { FsSessionOutputs } from "./adapters/fs-outputs.ts";
 import { FsCheckpointWorkspace } from "./adapters/fs-workspace.ts";
 import { gate } from "./testing/faults.ts";
-import { AMA_WORKER_PROFILE, openRig, openSuiteStorage, type Rig, TEST_TIMINGS, until } from "./testing/rig.ts";
+import { AMA_WORKER_PROFILE, openRig, type Rig, TEST_TIMINGS, until } from "./testing/rig.ts";
 import type { HarnessRunInput, HarnessRunResult, TurnCommitResult } from "./types.ts";
 
 const signal = new AbortController().signal;
@@ -42,7 +42,7 @@ describe.each(BACKENDS)("crash recovery on real adapters and the %s fence", (dia
   let outputs: FsSessionOutputs;
 
   beforeAll(async () => {
-    storage = await openSuiteStorage(dialect);
+    storage = await openTestStorage(dialect);
   });
   afterAll(async () => storage?.cleanup());
   beforeEach(async () => {

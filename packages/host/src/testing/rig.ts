@@ -7,8 +7,7 @@
 import { HARNESS_SUPERVISOR_PROTOCOL, type HarnessDriver, type ManagedRuntimeProfile, type RuntimeResourceScope } from "@openma/contract";
 import { SqlRuntimeResourceFence } from "@openma/storage/fence";
 import { SqlRuntimeOrphanStore } from "@openma/storage/orphans";
-import type { Dialect } from "@openma/storage/storage";
-import { openTestStorage, type TestStorage } from "@openma/storage/testing";
+import type { TestStorage } from "@openma/storage/testing";
 import { ManualScheduler } from "@openma/time";
 import { ManagedRuntimeHost } from "../host.ts";
 import type { HostTimings, ManagedRuntimeHostDeps, RuntimeRunResult } from "../types.ts";
@@ -149,21 +148,4 @@ export async function drive<T>(scheduler: ManualScheduler, work: Promise<T>, dur
   }
   if (!done) throw new Error("work did not finish while driving virtual time");
   return settled;
-}
-
-/**
- * One test storage per suite. Opening is retried: Kysely's migrator
- * introspects every Postgres schema, and a schema another test process drops
- * at that moment makes the introspection fail ("schema ... does not exist")
- * through no fault of ours.
- */
-export async function openSuiteStorage(dialect: Dialect, attempts = 3): Promise<TestStorage> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await openTestStorage(dialect);
-    } catch (err) {
-      /* v8 ignore next -- only reachable through a concurrent schema drop in another process */
-      if (attempt >= attempts) throw err;
-    }
-  }
 }
