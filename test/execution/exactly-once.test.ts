@@ -52,14 +52,18 @@ describe("exactly-once turns across two server processes (postgres)", () => {
           wake = resolve;
         });
         if (await done()) return;
+        // Releasing a claim back to idle publishes nothing, and it lands after the
+        // session's final idle event: re-check on a short poll as well.
+        const poll = setTimeout(() => wake(), 250);
         await woken;
+        clearTimeout(poll);
       }
     } finally {
       for (const u of unsubscribes) u();
     }
   }
 
-  it("runs each of 50 concurrent turns exactly once", async () => {
+  it("runs each of 50 concurrent turns exactly once", { timeout: 240_000 }, async () => {
     const [a, b] = servers as [ChildServer, ChildServer];
     const environmentId = (await a.client.beta.environments.create({ name: "cloud" })).id;
     const agentId = (await a.client.beta.agents.create({ name: "once", model: "claude-test-1" })).id;

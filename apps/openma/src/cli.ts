@@ -1,5 +1,6 @@
-/** `openma <command>`: serve (default). */
+/** `openma <command>`: serve (default), doctor. */
 import { loadConfig } from "./config.ts";
+import { doctorCommand } from "./doctor.ts";
 import { startServer } from "./server.ts";
 
 async function serveCommand(): Promise<void> {
@@ -32,13 +33,16 @@ const USAGE = `usage: openma <command>
 
 commands:
   serve     run the API server (PORT, OPENMA_DATA_DIR, DATABASE_URL, OPENMA_API_KEY)
+  doctor    report what this machine has (node, SQLite, Postgres, bwrap, Docker, images, cgroups) [--json]
 `;
 
 async function main(argv: string[]): Promise<void> {
-  const [command = "serve"] = argv;
+  const [command = "serve", ...rest] = argv;
   switch (command) {
     case "serve":
       return serveCommand();
+    case "doctor":
+      return doctorCommand(rest);
     case "help":
     case "--help":
     case "-h":

@@ -4,6 +4,8 @@
  * adapters from `@openma/persistence` and `@openma/storage` to the contract
  * ports. Test fakes live under `@openma/host/testing/*`.
  */
+export * from "./adapters/durable-mount-outputs.ts";
+export * from "./adapters/durable-mount-workspace.ts";
 export * from "./adapters/fs-outputs.ts";
 export * from "./adapters/fs-workspace.ts";
 export * from "./adapters/sql.ts";

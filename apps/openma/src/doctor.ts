@@ -1,0 +1,363 @@
+/**
+ * `openma doctor`: what this machine has for running OpenMA, and what each
+ * missing part disables. Exit code 0 when the embedded default can run:
+ * Node >= 20, SQLite, and a sandbox driver (bubblewrap, else Docker; the
+ * server fails closed without either). `--json` prints the same report as
+ * one JSON object.
+ *
+ * Every probe is bounded by a timeout and reports a value; nothing here
+ * throws on a missing component. The Docker probe talks to the Engine API
+ * over its socket directly, so it works without any driver package loaded.
+ * DATABASE_URL is never printed (it may carry a password).
+ */
+import { execFile } from "node:child_process";
+import { access, readFile } from "node:fs/promises";
+import { request } from "node:http";
+
+export type CheckStatus = "ok" | "missing" | "warn" | "skipped";
+
+export interface DoctorCheck {
+  id: "node" | "sqlite" | "postgres" | "bubblewrap" | "docker" | "images" | "cgroups";
+  status: CheckStatus;
+  /** One line on what was found. */
+  detail: string;
+  /** Features unavailable because of this check (empty when fine). */
+  disables: string[];
+  /** How to fix it, when we know. */
+  hint?: string;
+  /** Machine-readable facts (versions, paths, flags). */
+  facts: Record<string, string | number | boolean | string[] | null>;
+}
+
+export interface DoctorReport {
+  ok: boolean;
+  embeddedDefault: { runnable: boolean; sandbox: "bubblewrap" | "docker" | null; reason: string };
+  checks: DoctorCheck[];
+}
+
+export interface DoctorOptions {
+  env?: NodeJS.ProcessEnv;
+  dockerSocket?: string;
+  imageManifest?: string;
+  timeoutMs?: number;
+}
+
+const PROVISION = "run `npm run provision` (as root)";
+
+interface Run {
+  ok: boolean;
+  stdout: string;
+  stderr: string;
+}
+
+function run(file: string, args: string[], timeoutMs: number): Promise<Run> {
+  return new Promise((resolve) => {
+    execFile(
+      file,
+      args,
+      { timeout: timeoutMs, encoding: "utf8", env: { PATH: process.env.PATH ?? "/usr/bin:/bin" } },
+      (err, stdout, stderr) => {
+        resolve({ ok: err === null, stdout: String(stdout), stderr: String(stderr || (err ? err.message : "")) });
+      },
+    );
+  });
+}
+
+function message(err: unknown): string {
+  return (err instanceof Error ? err.message : String(err)).replace(/\s+/g, " ").trim();
+}
+
+function check(id: DoctorCheck["id"], status: CheckStatus, detail: string, extra: Partial<DoctorCheck> = {}): DoctorCheck {
+  return { id, status, detail, disables: [], facts: {}, ...extra };
+}
+
+export function checkNode(version: string = process.versions.node): DoctorCheck {
+  const major = Number(version.split(".")[0]);
+  if (major >= 20) return check("node", "ok", `v${version}`, { facts: { version } });
+  return check("node", "missing", `v${version} is too old (need >= 20)`, {
+    disables: ["everything: OpenMA requires Node.js 20 or newer"],
+    hint: "install Node.js 20+",
+    facts: { version },
+  });
+}
+
+export async function checkSqlite(): Promise<DoctorCheck> {
+  try {
+    const { default: Database } = await import("better-sqlite3");
+    const db = new Database(":memory:");
+    try {
+      const row = db.prepare("select sqlite_version() as v").get() as { v: string };
+      return check("sqlite", "ok", `SQLite ${row.v} (better-sqlite3)`, { facts: { version: row.v } });
+    } finally {
+      db.close();
+    }
+  } catch (err) {
+    return check("sqlite", "missing", `better-sqlite3 does not load: ${message(err)}`, {
+      disables: ["the embedded default storage (SQLite); only DATABASE_URL (PostgreSQL) remains"],
+      hint: "run `npm ci` (better-sqlite3 builds a native module)",
+    });
+  }
+}
+
+export async function checkPostgres(databaseUrl: string | undefined, timeoutMs: number): Promise<DoctorCheck> {
+  if (!databaseUrl) return check("postgres", "skipped", "DATABASE_URL is not set: the embedded default uses SQLite");
+  // Never echo the URL, even inside a driver error.
+  const scrub = (text: string) => text.split(databaseUrl).join("[DATABASE_URL]");
+  try {
+    const { default: pg } = await import("pg");
+    const client = new pg.Client({ connectionString: databaseUrl, connectionTimeoutMillis: timeoutMs, statement_timeout: timeoutMs });
+    client.on("error", () => {});
+    await client.connect();
+    try {
+      const { rows } = await client.query<{ v: string }>("select current_setting('server_version') as v");
+      const version = rows[0]?.v ?? "unknown";
+      return check("postgres", "ok", `PostgreSQL ${version} reachable at DATABASE_URL`, { facts: { version } });
+    } finally {
+      await client.end().catch(() => {});
+    }
+  } catch (err) {
+    return check("postgres", "warn", `DATABASE_URL is set but PostgreSQL is not reachable: ${scrub(message(err))}`, {
+      disables: ["PostgreSQL storage: `openma serve` with this DATABASE_URL will not start (unset it to use SQLite)"],
+      hint: "start PostgreSQL or fix DATABASE_URL",
+    });
+  }
+}
+
+export async function checkBubblewrap(timeoutMs: number): Promise<DoctorCheck> {
+  const version = await run("bwrap", ["--version"], timeoutMs);
+  if (!version.ok) {
+    return check("bubblewrap", "missing", "bwrap is not installed", {
+      disables: ["the bubblewrap sandbox driver (the embedded default's first choice)"],
+      hint: PROVISION,
+    });
+  }
+  const ver = version.stdout.trim().replace(/^bubblewrap\s+/, "");
+  const base = ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--die-with-parent"];
+  const user = await run("bwrap", ["--unshare-user", ...base, "true"], timeoutMs);
+  // In a fresh network namespace only loopback may exist.
+  const net = await run("bwrap", ["--unshare-net", ...base, "cat", "/proc/net/dev"], timeoutMs);
+  const netIsolated =
+    net.ok &&
+    net.stdout
+      .split("\n")
+      .slice(2)
+      .map((line) => line.split(":")[0]?.trim())
+      .filter(Boolean)
+      .every((name) => name === "lo");
+  const all = await run(
+    "bwrap",
+    ["--unshare-user", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", ...base, "true"],
+    timeoutMs,
+  );
+  const facts = { version: ver, userNamespaces: user.ok, networkNamespaces: netIsolated, allNamespaces: all.ok };
+  const detail = `bubblewrap ${ver}; user namespaces ${user.ok ? "work" : "fail"}; network namespaces ${netIsolated ? "work" : "fail"}`;
+  if (all.ok && netIsolated) return check("bubblewrap", "ok", detail, { facts });
+  return check("bubblewrap", "missing", `${detail}: ${(all.ok ? net.stderr : all.stderr).trim().split("\n")[0] ?? ""}`, {
+    disables: ["the bubblewrap sandbox driver (it needs user, pid, ipc, uts and network namespaces)"],
+    hint: "enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces > 0) or run as root",
+    facts,
+  });
+}
+
+function dockerGet(socketPath: string, path: string, timeoutMs: number): Promise<{ status: number; body: unknown }> {
+  return new Promise((resolve, reject) => {
+    const req = request({ socketPath, path, method: "GET", timeout: timeoutMs, headers: { Host: "docker" } }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on("data", (chunk: Buffer) => chunks.push(chunk));
+      res.on("end", () => {
+        const text = Buffer.concat(chunks).toString("utf8");
+        let body: unknown = text;
+        try {
+          body = JSON.parse(text);
+        } catch {
+          // Plain-text error bodies stay text.
+        }
+        resolve({ status: res.statusCode ?? 0, body });
+      });
+      res.on("error", reject);
+    });
+    req.on("timeout", () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
+    req.on("error", reject);
+    req.end();
+  });
+}
+
+export async function checkDocker(socketPath: string, timeoutMs: number): Promise<DoctorCheck> {
+  const disables = ["the node-docker sandbox driver (the embedded default's fallback when bubblewrap is unusable)"];
+  try {
+    await access(socketPath);
+  } catch {
+    return check("docker", "missing", `no Docker socket at ${socketPath}`, { disables, hint: PROVISION, facts: { socket: socketPath } });
+  }
+  try {
+    const [version, info] = await Promise.all([dockerGet(socketPath, "/version", timeoutMs), dockerGet(socketPath, "/info", timeoutMs)]);
+    if (version.status !== 200 || info.status !== 200) throw new Error(`engine answered HTTP ${version.status}/${info.status}`);
+    const v = version.body as { Version?: string; ApiVersion?: string };
+    const i = info.body as { Driver?: string; CgroupVersion?: string; CgroupDriver?: string };
+    const facts = {
+      socket: socketPath,
+      serverVersion: v.Version ?? null,
+      apiVersion: v.ApiVersion ?? null,
+      storageDriver: i.Driver ?? null,
+      cgroupVersion: i.CgroupVersion ?? null,
+    };
+    return check("docker", "ok", `Docker ${v.Version} (API ${v.ApiVersion}), storage driver ${i.Driver}, socket ${socketPath}`, { facts });
+  } catch (err) {
+    return check("docker", "missing", `the Docker Engine at ${socketPath} does not answer: ${message(err)}`, {
+      disables,
+      hint: PROVISION,
+      facts: { socket: socketPath },
+    });
+  }
+}
+
+interface ImageManifest {
+  tag: string;
+  base: { image: string; rootfs: string };
+  busybox: { image: string; rootfs: string };
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await access(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export async function checkImages(manifestPath: string, socketPath: string, dockerUp: boolean, timeoutMs: number): Promise<DoctorCheck> {
+  let manifest: ImageManifest;
+  try {
+    manifest = JSON.parse(await readFile(manifestPath, "utf8")) as ImageManifest;
+    if (typeof manifest.base?.image !== "string" || typeof manifest.busybox?.image !== "string") throw new Error("malformed");
+  } catch (err) {
+    return check("images", "missing", `no sandbox image manifest at ${manifestPath} (${message(err)})`, {
+      disables: ["the node-docker driver (no base image) and the prebuilt bubblewrap rootfs"],
+      hint: `${PROVISION} (builds the images with scripts/build-images.sh)`,
+      facts: { manifest: manifestPath },
+    });
+  }
+  const facts: DoctorCheck["facts"] = {
+    manifest: manifestPath,
+    tag: manifest.tag,
+    baseImage: manifest.base.image,
+    busyboxImage: manifest.busybox.image,
+  };
+  facts.baseRootfs = (await exists(manifest.base.rootfs)) ? manifest.base.rootfs : null;
+  facts.busyboxRootfs = (await exists(manifest.busybox.rootfs)) ? manifest.busybox.rootfs : null;
+  const loaded: string[] = [];
+  if (dockerUp) {
+    for (const image of [manifest.base.image, manifest.busybox.image]) {
+      const found = await dockerGet(socketPath, `/images/${encodeURIComponent(image)}/json`, timeoutMs).catch(() => ({ status: 0 }));
+      if (found.status === 200) loaded.push(image);
+    }
+  }
+  facts.loaded = loaded;
+  const missing: string[] = [];
+  const disables: string[] = [];
+  if (dockerUp && !loaded.includes(manifest.base.image)) {
+    missing.push(`${manifest.base.image} not loaded`);
+    disables.push("the node-docker driver (its base image is missing)");
+  }
+  if (facts.baseRootfs === null) {
+    missing.push(`rootfs ${manifest.base.rootfs} missing`);
+    disables.push("the prebuilt bubblewrap rootfs (node and tools inside the sandbox)");
+  }
+  const detail = `base ${manifest.base.image}${dockerUp ? (loaded.includes(manifest.base.image) ? " loaded" : " NOT loaded") : ""}, rootfs ${manifest.base.rootfs}`;
+  if (missing.length === 0) return check("images", "ok", detail, { facts });
+  return check("images", "missing", `${detail}: ${missing.join("; ")}`, { disables, hint: PROVISION, facts });
+}
+
+/** cgroup v2 controllers are what a daemonless driver can use for limits; v1 serves Docker but not bwrap. */
+export async function checkCgroups(): Promise<DoctorCheck> {
+  const read = (path: string) => readFile(path, "utf8").catch(() => null);
+  const unifiedRoot = await read("/sys/fs/cgroup/cgroup.controllers");
+  const hybrid = unifiedRoot === null ? await read("/sys/fs/cgroup/unified/cgroup.controllers") : null;
+  const v1 = ((await read("/proc/cgroups")) ?? "")
+    .split("\n")
+    .filter((line) => line && !line.startsWith("#"))
+    .map((line) => line.split("\t"))
+    .filter((cols) => cols[3] === "1" && cols[1] !== "0")
+    .map((cols) => cols[0] as string);
+  if (unifiedRoot !== null) {
+    const controllers = unifiedRoot.trim().split(/\s+/).filter(Boolean);
+    const lacking = ["cpu", "memory", "pids"].filter((c) => !controllers.includes(c));
+    const facts = { version: "v2", controllers };
+    if (lacking.length === 0) return check("cgroups", "ok", `cgroup v2, controllers: ${controllers.join(" ")}`, { facts });
+    return check("cgroups", "warn", `cgroup v2 without ${lacking.join(", ")}`, {
+      disables: [`bubblewrap ${lacking.join("/")} limits`],
+      facts,
+    });
+  }
+  const mode = hybrid !== null ? "v1 (hybrid, no v2 controllers delegated)" : "v1";
+  return check("cgroups", "warn", `cgroup ${mode}; v1 controllers: ${v1.join(" ") || "none"}`, {
+    disables: ["bubblewrap CPU/memory/pids limits (they need cgroup v2); Docker still enforces its own limits on v1"],
+    facts: { version: hybrid !== null ? "hybrid" : "v1", controllers: v1 },
+  });
+}
+
+export async function runDoctor(options: DoctorOptions = {}): Promise<DoctorReport> {
+  const env = options.env ?? process.env;
+  const timeoutMs = options.timeoutMs ?? 5_000;
+  const socket = options.dockerSocket ?? env.OPENMA_DOCKER_SOCKET ?? "/var/run/docker.sock";
+  const manifest = options.imageManifest ?? env.OPENMA_IMAGE_MANIFEST ?? "/var/lib/openma/images.json";
+  const [sqlite, postgres, bubblewrap, docker, cgroups] = await Promise.all([
+    checkSqlite(),
+    checkPostgres(env.DATABASE_URL || undefined, timeoutMs),
+    checkBubblewrap(timeoutMs),
+    checkDocker(socket, timeoutMs),
+    checkCgroups(),
+  ]);
+  const images = await checkImages(manifest, socket, docker.status === "ok", timeoutMs);
+  return summarize([checkNode(), sqlite, postgres, bubblewrap, docker, images, cgroups]);
+}
+
+/**
+ * The embedded default's verdict: bubblewrap first, then Docker (engine and
+ * base image), else it cannot run, because the server fails closed rather
+ * than run agent tools unisolated.
+ */
+export function summarize(checks: DoctorCheck[]): DoctorReport {
+  const byId = (id: DoctorCheck["id"]) => checks.find((c) => c.id === id);
+  const ok = (id: DoctorCheck["id"]) => byId(id)?.status === "ok";
+  const images = byId("images");
+  const loaded = Array.isArray(images?.facts.loaded) ? images.facts.loaded : [];
+  const dockerUsable = ok("docker") && loaded.includes(String(images?.facts.baseImage));
+  const sandbox = ok("bubblewrap") ? "bubblewrap" : dockerUsable ? "docker" : null;
+  const basics = ok("node") && ok("sqlite");
+  const reason = !basics
+    ? "Node.js 20+ and SQLite are required"
+    : sandbox === null
+      ? "no usable sandbox: bubblewrap does not work and Docker (engine + base image) is not available, so the server would fail closed"
+      : `SQLite storage and the ${sandbox} sandbox driver`;
+  const runnable = basics && sandbox !== null;
+  return { ok: runnable, embeddedDefault: { runnable, sandbox, reason }, checks };
+}
+
+const MARK: Record<CheckStatus, string> = { ok: "ok  ", missing: "MISS", warn: "warn", skipped: "skip" };
+
+export function formatReport(report: DoctorReport): string {
+  const lines = ["openma doctor", ""];
+  for (const c of report.checks) {
+    lines.push(`  [${MARK[c.status]}] ${c.id.padEnd(11)} ${c.detail}`);
+    for (const d of c.disables) lines.push(`  ${" ".repeat(18)}disables: ${d}`);
+    if (c.hint && c.status !== "ok") lines.push(`  ${" ".repeat(18)}fix: ${c.hint}`);
+  }
+  lines.push("");
+  lines.push(`embedded default: ${report.embeddedDefault.runnable ? "can run" : "CANNOT run"} (${report.embeddedDefault.reason})`);
+  return `${lines.join("\n")}\n`;
+}
+
+/** The CLI entry: prints the report and sets the exit code. */
+export async function doctorCommand(args: string[]): Promise<void> {
+  const unknown = args.filter((a) => a !== "--json");
+  if (unknown.length > 0) {
+    process.stderr.write(`openma doctor: unknown argument ${unknown[0]}\nusage: openma doctor [--json]\n`);
+    process.exitCode = 2;
+    return;
+  }
+  const report = await runDoctor();
+  process.stdout.write(args.includes("--json") ? `${JSON.stringify(report, null, 2)}\n` : formatReport(report));
+  process.exitCode = report.ok ? 0 : 1;
+}

@@ -1,0 +1,393 @@
+/**
+ * node-docker: ManagedSandboxPort on the Docker Engine API (dockerode over
+ * the local socket). One container per (scope, generation, acquire key),
+ * with a deterministic name and ownership labels, so any process can find,
+ * heartbeat, kill or reap it from the serialized lease alone.
+ *
+ * Defaults are closed: `NetworkMode: none`, every capability dropped except
+ * the few a root shell needs to manage its own files, no new privileges,
+ * CPU/memory/pids limits, an init process reaping zombies. `/workspace` and
+ * `/mnt/session/outputs` are bind mounts of the host directories the
+ * workspace and output ports materialized. There is no suspend: a plain
+ * container cannot be retained across host loss, so the capability says so.
+ */
+import { createHash } from "node:crypto";
+import { isAbsolute } from "node:path";
+import {
+  type FenceIdentity,
+  type ManagedSandboxLease,
+  type ManagedSandboxPort,
+  type OrphanReapInput,
+  type OrphanReapResult,
+  OUTPUTS_MOUNT_PATH,
+  type RuntimeResourceScope,
+  runtimeScopeKey,
+  type SandboxAcquireResult,
+  type SandboxCapabilities,
+  type SandboxHeartbeatResult,
+  type SandboxInspectResult,
+  type SandboxSuspendResult,
+  type SandboxTerminateResult,
+  type SessionOutputBinding,
+  sandboxLeaseIssues,
+  WORKSPACE_MOUNT_PATH,
+  type WorkspaceBinding,
+} from "@openma/contract";
+import type Docker from "dockerode";
+import { connectDocker, describeError, PROVISION_HINT, statusOf } from "./engine.ts";
+import { RUNTIME_DIR } from "./scripts.ts";
+import { DockerToolSandbox, type DockerToolSandboxOptions } from "./tool-sandbox.ts";
+
+export const NODE_DOCKER_PROVIDER = "node-docker";
+
+export const NODE_DOCKER_SANDBOX_CAPABILITIES: SandboxCapabilities = {
+  provider: NODE_DOCKER_PROVIDER,
+  lifecycle: { suspendResume: "unsupported", hardTerminate: "supported", orphanReap: "host_managed" },
+  facts: {
+    has: ["duplex_process", "workspace_file_io", "stable_name_with_ownership_labels", "network_none_by_default"],
+    lacks: ["provider_suspend_resume", "process_memory_checkpoint"],
+  },
+  // `NetworkMode: none` blocks egress entirely; there is no proxy that could enforce credential use.
+  credentialEgress: { enforcement: "unsupported" },
+};
+
+/** Ownership labels; `openma.managed` + `openma.driver` mark a container this driver may kill. */
+export const LABELS = {
+  managed: "openma.managed",
+  driver: "openma.driver",
+  session: "openma.session",
+  environment: "openma.environment",
+  generation: "openma.generation",
+  owner: "openma.owner",
+  scope: "openma.scope",
+  acquireKey: "openma.acquire-key",
+} as const;
+
+export interface ResourceLimits {
+  /** Fractional CPUs (NanoCpus). */
+  cpus: number;
+  memoryBytes: number;
+  pids: number;
+}
+
+export const DEFAULT_LIMITS: ResourceLimits = { cpus: 1, memoryBytes: 1024 * 1024 * 1024, pids: 512 };
+
+/** Enough for a root shell to manage files it owns or was handed; no network, mount, ptrace or raw I/O powers. */
+const CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID"];
+
+/** Keeps the container alive between execs; the init process (tini) is pid 1 and reaps orphans. */
+const IDLE_COMMAND = ["/bin/sh", "-c", "while :; do sleep 86400; done"];
+
+export interface NodeDockerSandboxOptions {
+  image: string;
+  docker?: Docker;
+  limits?: Partial<ResourceLimits>;
+  /** Default `none`. Anything else is a deliberate operator choice (e.g. a network whose only exit is a proxy). */
+  networkMode?: string;
+  /** Extra labels (e.g. a test run id, so leftovers can be found by label). */
+  labels?: Readonly<Record<string, string>>;
+  /** Non-secret container environment. Secrets go through `toolSandbox(...).exec({secretEnv})`. */
+  env?: Readonly<Record<string, string>>;
+  /** Container user (default: the image's, root in the OpenMA images). */
+  user?: string;
+  namePrefix?: string;
+}
+
+type Input<M extends "acquire" | "heartbeat" | "suspend" | "terminate" | "inspect"> = Parameters<ManagedSandboxPort[M]>[0];
+
+type AcquireInput = Omit<Input<"acquire">, "plan"> & Partial<Pick<Input<"acquire">, "plan">>;
+
+const hash = (text: string) => createHash("sha256").update(text).digest("hex");
+
+/** `<prefix>-<scope hash>-g<generation>-<acquire-key hash>`: the same acquire always names the same container. */
+export function containerName(prefix: string, scope: RuntimeResourceScope, generation: number, idempotencyKey: string): string {
+  return `${prefix}-${hash(runtimeScopeKey(scope)).slice(0, 20)}-g${generation}-${hash(idempotencyKey).slice(0, 10)}`;
+}
+
+type Binding = WorkspaceBinding | SessionOutputBinding;
+
+/** The host directory behind a binding, from its metadata (`hostPath`, as the filesystem ports set it). */
+function hostPathOf(binding: Binding): { ok: true; path: string | null } | { ok: false; reason: string } {
+  const path = binding.metadata?.hostPath;
+  if (path === undefined || path === null) return { ok: true, path: null };
+  if (typeof path !== "string" || !isAbsolute(path))
+    return { ok: false, reason: `binding ${binding.bindingId}: hostPath must be an absolute path` };
+  return { ok: true, path };
+}
+
+function mountsFor(
+  workspace: WorkspaceBinding,
+  outputs: SessionOutputBinding | null,
+): { ok: true; mounts: Docker.MountConfig } | { ok: false; reason: string } {
+  const mounts: Docker.MountConfig = [];
+  const ws = hostPathOf(workspace);
+  if (!ws.ok) return ws;
+  if (ws.path !== null) mounts.push({ Type: "bind", Source: ws.path, Target: WORKSPACE_MOUNT_PATH, ReadOnly: false });
+  // Without a host directory the workspace lives only in the container: acceptable only when nothing must survive it.
+  else if (workspace.strategy !== "ephemeral")
+    return { ok: false, reason: `workspace binding ${workspace.bindingId} has no hostPath to bind-mount` };
+  if (outputs) {
+    const out = hostPathOf(outputs);
+    if (!out.ok) return out;
+    if (out.path === null) return { ok: false, reason: `output binding ${outputs.bindingId} has no hostPath to bind-mount` };
+    mounts.push({ Type: "bind", Source: out.path, Target: OUTPUTS_MOUNT_PATH, ReadOnly: false });
+  }
+  return { ok: true, mounts };
+}
+
+export class NodeDockerSandbox implements ManagedSandboxPort {
+  readonly capabilities = NODE_DOCKER_SANDBOX_CAPABILITIES;
+  readonly docker: Docker;
+  readonly #options: NodeDockerSandboxOptions;
+  readonly #limits: ResourceLimits;
+
+  constructor(options: NodeDockerSandboxOptions) {
+    this.#options = options;
+    this.docker = options.docker ?? connectDocker();
+    this.#limits = { ...DEFAULT_LIMITS, ...options.limits };
+    const { cpus, memoryBytes, pids } = this.#limits;
+    // The Engine's own floors (6 MiB of memory) and sane ceilings; a bad value is a configuration error, not a runtime one.
+    if (!(cpus > 0 && cpus <= 1024)) throw new Error("node-docker: limits.cpus must be in (0, 1024]");
+    if (!(Number.isSafeInteger(memoryBytes) && memoryBytes >= 6 * 1024 * 1024))
+      throw new Error("node-docker: limits.memoryBytes must be an integer >= 6 MiB");
+    if (!(Number.isSafeInteger(pids) && pids >= 8 && pids <= 4_194_304))
+      throw new Error("node-docker: limits.pids must be an integer in [8, 4194304]");
+  }
+
+  /** The plan is optional: the container is the same whatever harness lane runs in it. */
+  async acquire(input: AcquireInput): Promise<SandboxAcquireResult> {
+    const mounts = mountsFor(input.workspace, input.outputs);
+    if (!mounts.ok) return { type: "unavailable", reason: mounts.reason, retryable: false };
+    const name = containerName(this.#options.namePrefix ?? "openma", input.scope, input.fence.generation, input.idempotencyKey);
+    const labels = this.#labels(input.scope, input.fence, input.idempotencyKey);
+    try {
+      const existing = await this.#adopt(name, labels);
+      if (existing) return existing;
+      if (input.signal.aborted) return { type: "unavailable", reason: "acquire aborted", retryable: true };
+      let container: Docker.Container;
+      try {
+        container = await this.docker.createContainer(this.#createOptions(name, labels, mounts.mounts));
+      } catch (err) {
+        // A concurrent acquire with the same key won the name: its container is this acquire's answer.
+        if (statusOf(err) === 409) return this.#adoptAfterConflict(name, labels);
+        throw err;
+      }
+      try {
+        if (input.signal.aborted) throw new Error("acquire aborted");
+        await startIdempotent(container);
+      } catch (err) {
+        // Never leave a created-but-unowned container behind.
+        await container.remove({ force: true, v: true }).catch(() => {});
+        throw err;
+      }
+      return { type: "acquired", lease: this.#lease(name, container.id, input.fence.generation) };
+    } catch (err) {
+      const status = statusOf(err);
+      const hint = status === 404 ? ` (${PROVISION_HINT})` : "";
+      // 4xx is a configuration problem (missing image, bad mount) that a retry will not fix.
+      const retryable = status === undefined || status >= 500;
+      return { type: "unavailable", reason: `docker: ${describeError(err)}${hint}`, retryable };
+    }
+  }
+
+  /**
+   * An earlier acquire with the same key already made this container: reuse
+   * it while it runs, replace it when it stopped (`null`: create one). A
+   * container holding the name without this acquire's labels is never
+   * touched.
+   */
+  async #adopt(name: string, labels: Record<string, string>): Promise<SandboxAcquireResult | null> {
+    let info: Docker.ContainerInspectInfo;
+    try {
+      info = await this.docker.getContainer(name).inspect();
+    } catch (err) {
+      if (statusOf(err) === 404) return null;
+      throw err;
+    }
+    const theirs = info.Config.Labels ?? {};
+    if (!Object.entries(labels).every(([key, value]) => theirs[key] === value)) {
+      return {
+        type: "unavailable",
+        reason: `container ${name} exists but does not carry this acquire's ownership labels`,
+        retryable: false,
+      };
+    }
+    const lease = this.#lease(name, info.Id, Number(labels[LABELS.generation]));
+    if (info.State.Running) return { type: "acquired", lease };
+    // Created but not started yet: a concurrent acquire is between create and start. Starting twice is harmless.
+    if (info.State.Status === "created") {
+      await startIdempotent(this.docker.getContainer(info.Id));
+      return { type: "acquired", lease };
+    }
+    // It ran and died: a fresh one under the same name.
+    await this.docker.getContainer(info.Id).remove({ force: true, v: true });
+    return null;
+  }
+
+  /**
+   * The Engine reserves a name before the container can be inspected, so the
+   * winner of a same-key race may not be visible yet: look again briefly.
+   */
+  async #adoptAfterConflict(name: string, labels: Record<string, string>): Promise<SandboxAcquireResult> {
+    for (let attempt = 0; attempt < 12; attempt++) {
+      const adopted = await this.#adopt(name, labels);
+      if (adopted) return adopted;
+      await new Promise((resolve) => setTimeout(resolve, Math.min(10 * 2 ** attempt, 250)));
+    }
+    return { type: "unavailable", reason: `container name ${name} is held by a concurrent acquire that did not finish`, retryable: true };
+  }
+
+  #labels(scope: RuntimeResourceScope, fence: FenceIdentity, idempotencyKey: string): Record<string, string> {
+    return {
+      ...this.#options.labels,
+      [LABELS.managed]: "true",
+      [LABELS.driver]: NODE_DOCKER_PROVIDER,
+      [LABELS.session]: scope.sessionId,
+      [LABELS.environment]: scope.environmentId,
+      [LABELS.generation]: String(fence.generation),
+      [LABELS.owner]: fence.ownerId,
+      [LABELS.scope]: hash(runtimeScopeKey(scope)).slice(0, 32),
+      [LABELS.acquireKey]: hash(idempotencyKey).slice(0, 32),
+    };
+  }
+
+  #createOptions(name: string, labels: Record<string, string>, mounts: Docker.MountConfig): Docker.ContainerCreateOptions {
+    const networkMode = this.#options.networkMode ?? "none";
+    const limits = this.#limits;
+    return {
+      name,
+      Image: this.#options.image,
+      Cmd: IDLE_COMMAND,
+      WorkingDir: WORKSPACE_MOUNT_PATH,
+      User: this.#options.user,
+      Env: Object.entries(this.#options.env ?? {}).map(([key, value]) => `${key}=${value}`),
+      Labels: labels,
+      NetworkDisabled: networkMode === "none",
+      HostConfig: {
+        NetworkMode: networkMode,
+        Init: true,
+        Mounts: mounts,
+        // Pid files and secret files: memory only, private to root, never executable.
+        Tmpfs: { [RUNTIME_DIR]: "rw,nosuid,nodev,noexec,size=16m,mode=0700" },
+        NanoCpus: Math.round(limits.cpus * 1e9),
+        Memory: limits.memoryBytes,
+        MemorySwap: limits.memoryBytes,
+        PidsLimit: limits.pids,
+        CapDrop: ["ALL"],
+        CapAdd: CAPABILITIES,
+        SecurityOpt: ["no-new-privileges"],
+        RestartPolicy: { Name: "no" },
+        LogConfig: { Type: "none", Config: {} },
+      },
+    };
+  }
+
+  #lease(name: string, containerId: string, generation: number): ManagedSandboxLease {
+    return { provider: NODE_DOCKER_PROVIDER, runtimeId: name, metadata: { containerId, image: this.#options.image, generation } };
+  }
+
+  async heartbeat(input: Input<"heartbeat">): Promise<SandboxHeartbeatResult> {
+    const refused = leaseProblem(input.lease);
+    if (refused) return { type: "lost", reason: refused };
+    let info: Docker.ContainerInspectInfo;
+    try {
+      info = await this.docker.getContainer(input.lease.runtimeId).inspect({ abortSignal: input.signal });
+    } catch (err) {
+      if (statusOf(err) === 404) return { type: "lost", reason: `container ${input.lease.runtimeId} no longer exists` };
+      throw err; // the engine did not answer: transient, the host retries
+    }
+    if (!ownedBy(info, input.lease)) return { type: "lost", reason: `container ${input.lease.runtimeId} was replaced` };
+    if (info.State.Running && !info.State.Paused) return { type: "alive" };
+    const oom = info.State.OOMKilled ? ", killed for exceeding its memory limit" : "";
+    return { type: "lost", reason: `container ${input.lease.runtimeId} is ${info.State.Status} (exit code ${info.State.ExitCode}${oom})` };
+  }
+
+  async suspend(_input: Input<"suspend">): Promise<SandboxSuspendResult> {
+    return { type: "failed", error: "node-docker does not support suspend (a plain container is not retained across host loss)" };
+  }
+
+  async terminate(input: Input<"terminate">): Promise<SandboxTerminateResult> {
+    const result = await this.#remove(input.lease);
+    return result.type === "failed" ? result : { type: "terminated" };
+  }
+
+  /** From the serialized lease alone: no state from the process that acquired it is needed. */
+  reap(input: OrphanReapInput): Promise<OrphanReapResult> {
+    return this.#remove(input.lease);
+  }
+
+  /** Hard kill + remove, idempotent: a container already gone is `not_found`. Failures are values. */
+  async #remove(lease: ManagedSandboxLease): Promise<OrphanReapResult> {
+    const refused = leaseProblem(lease);
+    if (refused) return { type: "failed", error: refused };
+    try {
+      const info = await this.docker.getContainer(lease.runtimeId).inspect();
+      // A container with this name that is not ours (or not this lease's) must never be killed.
+      if (!ownedBy(info, lease)) return { type: "failed", error: `container ${lease.runtimeId} is not owned by this lease` };
+      await this.docker.getContainer(info.Id).remove({ force: true, v: true });
+      return { type: "reaped" };
+    } catch (err) {
+      const status = statusOf(err);
+      if (status === 404) return { type: "not_found" };
+      // 409 "removal already in progress": another reaper got there first; it will finish.
+      if (status === 409 && /already in progress/i.test(describeError(err))) return { type: "reaped" };
+      return { type: "failed", error: `docker: ${describeError(err)}` };
+    }
+  }
+
+  async inspect(input: Input<"inspect">): Promise<SandboxInspectResult> {
+    if (leaseProblem(input.lease)) return { state: "unknown" };
+    try {
+      const info = await this.docker.getContainer(input.lease.runtimeId).inspect({ abortSignal: input.signal });
+      if (!ownedBy(info, input.lease)) return { state: "unknown" };
+      if (info.State.Paused) return { state: "suspended" };
+      return { state: info.State.Running ? "running" : "stopped" };
+    } catch (err) {
+      // Removed is the final form of stopped; an engine that does not answer tells us nothing.
+      return { state: statusOf(err) === 404 ? "stopped" : "unknown" };
+    }
+  }
+
+  /** The tool exec port of a running lease (exec, streaming, files) for the harness outside the sandbox. */
+  toolSandbox(lease: ManagedSandboxLease, options: DockerToolSandboxOptions = {}): DockerToolSandbox {
+    const refused = leaseProblem(lease);
+    if (refused) throw new Error(refused);
+    return new DockerToolSandbox(this.docker.getContainer(lease.runtimeId), options);
+  }
+
+  /** Containers this driver made that carry every given label (tests and operators sweep by label). */
+  async listManaged(labels: Readonly<Record<string, string>> = {}): Promise<Docker.ContainerInfo[]> {
+    const filters = [
+      `${LABELS.managed}=true`,
+      `${LABELS.driver}=${NODE_DOCKER_PROVIDER}`,
+      ...Object.entries(labels).map(([k, v]) => `${k}=${v}`),
+    ];
+    return this.docker.listContainers({ all: true, filters: { label: filters } });
+  }
+}
+
+/** `docker start` answers 304 when the container already runs: for us that is success. */
+async function startIdempotent(container: Docker.Container): Promise<void> {
+  try {
+    await container.start();
+  } catch (err) {
+    if (statusOf(err) !== 304) throw err;
+  }
+}
+
+function leaseProblem(lease: ManagedSandboxLease): string | null {
+  const issues = sandboxLeaseIssues(lease);
+  if (issues.length > 0) return `invalid lease: ${issues.join("; ")}`;
+  if (lease.provider !== NODE_DOCKER_PROVIDER) return `lease belongs to provider ${lease.provider}, not ${NODE_DOCKER_PROVIDER}`;
+  return null;
+}
+
+/** Ours, and the very container the lease names (same generation; same id when the lease recorded one). */
+function ownedBy(info: Docker.ContainerInspectInfo, lease: ManagedSandboxLease): boolean {
+  const labels = info.Config.Labels ?? {};
+  if (labels[LABELS.managed] !== "true" || labels[LABELS.driver] !== NODE_DOCKER_PROVIDER) return false;
+  const meta = lease.metadata ?? {};
+  if (typeof meta.containerId === "string" && meta.containerId !== info.Id) return false;
+  if (typeof meta.generation === "number" && labels[LABELS.generation] !== String(meta.generation)) return false;
+  return true;
+}
