@@ -1,0 +1,176 @@
+import { describe, expect, it } from "vitest";
+import { workspaceDurabilityOf } from "./capabilities.ts";
+import {
+  admissionFor,
+  claimsNothing,
+  conformanceIssues,
+  conformanceOf,
+  DRIVER_CONFORMANCE,
+  type DriverConformance,
+} from "./conformance.ts";
+import type { ManagedRuntimeProfile } from "./profile.ts";
+
+const SEED_DRIVERS = [
+  "node-docker",
+  "litebox",
+  "boxrun",
+  "subprocess",
+  "e2b",
+  "daytona",
+  "modal",
+  "sprites",
+  "vercel",
+  "blaxel",
+  "superserve",
+  "cloudflare",
+  "cloudflare-bridge",
+];
+
+const worker: ManagedRuntimeProfile["driver"] = { type: "ama_worker", process: { command: "ant-worker" } };
+
+function profile(overrides: Partial<ManagedRuntimeProfile> = {}): ManagedRuntimeProfile {
+  return {
+    workspace: { requirement: "durable" },
+    outputs: { requirement: "durable" },
+    runtimeCheckpoint: "disabled",
+    driver: worker,
+    ...overrides,
+  };
+}
+
+describe("the conformance table", () => {
+  it("has one entry per upstream driver, plus bubblewrap, GKE dispatch, AWS activation and none", () => {
+    const drivers = DRIVER_CONFORMANCE.map((entry) => entry.driver);
+    expect(new Set(drivers).size).toBe(drivers.length);
+    expect(drivers).toEqual(expect.arrayContaining([...SEED_DRIVERS, "bubblewrap", "gke-agent-sandbox", "aws-microvm", "none"]));
+    expect(drivers).toHaveLength(SEED_DRIVERS.length + 4);
+  });
+
+  it("is internally consistent", () => {
+    expect(conformanceIssues(DRIVER_CONFORMANCE)).toEqual([]);
+  });
+
+  it("claims nothing for a driver that is not built", () => {
+    for (const entry of DRIVER_CONFORMANCE.filter((e) => !e.implemented)) {
+      expect(entry.capabilities, entry.driver).toEqual(claimsNothing(entry.driver));
+    }
+  });
+
+  it("keeps the upstream picture for unbuilt drivers: credential egress is enforced only on cloudflare", () => {
+    const enforced = DRIVER_CONFORMANCE.filter((e) => e.planned?.credentialEgress.enforcement === "enforced").map((e) => e.driver);
+    expect(enforced).toEqual(["cloudflare"]);
+    const bestEffort = DRIVER_CONFORMANCE.filter((e) => e.planned && workspaceDurabilityOf(e.planned) === "best_effort").map(
+      (e) => e.driver,
+    );
+    expect(bestEffort.sort()).toEqual(["blaxel", "boxrun", "litebox"]);
+    const amaOnly = DRIVER_CONFORMANCE.filter((e) => e.planned && e.planned.lanes.length === 1).map((e) => e.driver);
+    expect(amaOnly.sort()).toEqual(["cloudflare-bridge", "vercel"]);
+  });
+
+  it("describes bubblewrap as built: both lanes, no suspend, durable workspace, enforced egress", () => {
+    const entry = conformanceOf("bubblewrap") as DriverConformance;
+    expect(entry.implemented).toBe(true);
+    expect(entry.capabilities.lanes).toEqual(["ama_worker", "openma_supervised"]);
+    expect(entry.capabilities.sandbox.suspendResume).toBe("unsupported");
+    expect(workspaceDurabilityOf(entry.capabilities)).toBe("durable");
+    expect(entry.capabilities.credentialEgress.enforcement).toBe("enforced");
+    expect(entry.capabilities.credentialEgress.credentialMode).toBeUndefined(); // no credential substitution
+    expect(entry.capabilities.sandboxPortFacts.lacks).toContain("credential_substitution");
+  });
+
+  it("flags a table that lies", () => {
+    const bubblewrap = conformanceOf("bubblewrap") as DriverConformance;
+    const lying: DriverConformance[] = [
+      { ...(conformanceOf("e2b") as DriverConformance), capabilities: { ...claimsNothing("e2b"), lanes: ["ama_worker"] } },
+      { ...bubblewrap, capabilities: { ...bubblewrap.capabilities, provider: "docker" } },
+      { ...bubblewrap, driver: "bubblewrap" },
+    ];
+    expect(conformanceIssues(lying)).toEqual([
+      "e2b: not implemented but its capabilities claim something",
+      "bubblewrap: capabilities.provider is docker",
+      "bubblewrap: duplicate entry",
+    ]);
+  });
+});
+
+describe("conformanceIssues, every rule", () => {
+  it("flags planned/provider mismatches, contradictory facts and implemented/unimplemented inconsistencies", () => {
+    const bubblewrap = conformanceOf("bubblewrap") as DriverConformance;
+    const e2b = conformanceOf("e2b") as DriverConformance;
+    const caps = bubblewrap.capabilities;
+    const table: DriverConformance[] = [
+      { ...e2b, planned: { ...claimsNothing("modal") } },
+      {
+        ...bubblewrap,
+        driver: "a",
+        capabilities: { ...caps, provider: "a", sandboxPortFacts: { has: ["duplex_process"], lacks: ["duplex_process"] } },
+      },
+      { ...bubblewrap, driver: "b", capabilities: { ...caps, provider: "b" }, package: null },
+      { ...bubblewrap, driver: "c", capabilities: { ...caps, provider: "c" }, planned: claimsNothing("c") },
+      { ...e2b, driver: "d", capabilities: claimsNothing("d"), planned: null, package: "packages/drivers/d" },
+      { ...e2b, driver: "f", capabilities: claimsNothing("f"), planned: null, package: null, toolSandbox: true },
+    ];
+    expect(conformanceIssues(table)).toEqual([
+      "e2b: planned.provider is modal",
+      "a: facts both had and lacked: duplex_process",
+      "b: implemented without a package",
+      "c: implemented entries describe themselves in capabilities, not planned",
+      "d: not implemented but names a package or a tool sandbox",
+      "f: not implemented but names a package or a tool sandbox",
+    ]);
+  });
+});
+
+describe("admissionFor", () => {
+  it("plans a durable profile on bubblewrap with the checkpoint workspace and uploaded outputs", () => {
+    const result = admissionFor("bubblewrap", profile());
+    expect(result).toMatchObject({
+      type: "planned",
+      plan: {
+        provider: "bubblewrap",
+        workspace: { requirement: "durable", strategy: "checkpoint_restore", durability: "durable" },
+        outputs: { requirement: "durable", strategy: "watch_and_upload", durability: "durable" },
+        runtimeCheckpoint: null,
+      },
+    });
+  });
+
+  it("rejects what bubblewrap cannot give, naming the guarantee", () => {
+    // No retained runtime without suspend: a continuable profile that prefers one gets the next eligible strategy.
+    const retained = admissionFor(
+      "bubblewrap",
+      profile({ workspace: { requirement: "continuable", preferredStrategies: ["retained_runtime"] } }),
+    );
+    expect(retained.type === "planned" && retained.plan.workspace).toEqual({
+      requirement: "continuable",
+      strategy: "durable_mount",
+      durability: "best_effort",
+    });
+    // A durable profile never lands on durable_mount here: the table declares it best_effort.
+    const durableMount = admissionFor(
+      "bubblewrap",
+      profile({ workspace: { requirement: "durable", preferredStrategies: ["durable_mount"] } }),
+    );
+    expect(durableMount.type === "planned" && durableMount.plan.workspace.strategy).toBe("checkpoint_restore");
+    const checkpoint = admissionFor("bubblewrap", profile({ runtimeCheckpoint: "required" }));
+    expect(checkpoint.type).toBe("rejected");
+    expect(checkpoint.type === "rejected" && checkpoint.error.missing).toEqual([
+      { guarantee: "runtime_checkpoint", requirement: "required", offered: [] },
+    ]);
+  });
+
+  it("refuses unbuilt and unknown drivers as values, whatever the profile", () => {
+    expect(admissionFor("e2b", profile())).toMatchObject({ type: "unavailable", driver: "e2b", reason: "not_implemented" });
+    const unknown = admissionFor("nope", profile());
+    expect(unknown).toMatchObject({ type: "unavailable", reason: "unknown_driver" });
+    expect(unknown.type === "unavailable" && unknown.message).toContain("bubblewrap");
+  });
+
+  it("rejects every runtime profile for drivers that offer no lane (test subprocess, sandbox-free)", () => {
+    for (const driver of ["subprocess", "none"]) {
+      const result = admissionFor(driver, profile({ workspace: { requirement: "ephemeral" }, outputs: { requirement: "disabled" } }));
+      expect(result.type, driver).toBe("rejected");
+      expect(result.type === "rejected" && result.error.missing[0]?.guarantee).toBe("driver_lane");
+    }
+  });
+});

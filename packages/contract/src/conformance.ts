@@ -1,0 +1,528 @@
+/**
+ * The driver conformance table, as data. One entry per sandbox driver of the
+ * upstream landscape plus ours; admission (`admissionFor`) and the generated
+ * docs page (docs/sandboxes.md) both read it, so a claim on the page is a
+ * claim the planner relies on.
+ *
+ * Truthfulness rule: `capabilities` is what this build delivers. An entry
+ * for a driver that is not implemented claims nothing there (no lanes, no
+ * strategies, no facts), so admission refuses it; what the upstream design
+ * says it would offer is kept apart in `planned`, for documentation only.
+ */
+import type { ManagedRuntimeCapabilities } from "./capabilities.ts";
+import { type ManagedRuntimePlanResult, resolveManagedRuntimePlan } from "./plan.ts";
+import type { ManagedRuntimeProfile } from "./profile.ts";
+
+export type SandboxClass = "local" | "microvm_devbox" | "serverless" | "edge" | "kubernetes" | "vm" | "none";
+
+export const SANDBOX_CLASSES: Record<SandboxClass, { title: string; description: string }> = {
+  local: {
+    title: "Local process / container",
+    description: "Compute on the same host as the control plane; no external sandbox service.",
+  },
+  microvm_devbox: {
+    title: "MicroVM / dev-box services",
+    description: "Dev-box platforms that keep a named sandbox alive between turns and can suspend and resume it.",
+  },
+  serverless: {
+    title: "Serverless sandbox-as-a-service",
+    description: "On-demand sandbox APIs billed per second with a durable filesystem per sandbox.",
+  },
+  edge: { title: "Edge containers", description: "Sandboxed containers next to a Cloudflare control plane." },
+  kubernetes: { title: "Kubernetes-native claims", description: "A SandboxClaim resolved by the cluster's agent-sandbox controller." },
+  vm: { title: "Full VMs", description: "A VM per session, launched on demand." },
+  none: { title: "No sandbox", description: 'Sandbox-free sessions (`environment.config.type: "none"`).' },
+};
+
+export interface DriverConformance {
+  driver: string;
+  class: SandboxClass;
+  implemented: boolean;
+  /** Repository path of the implementation (null when there is none). */
+  package: string | null;
+  summary: string;
+  /** What this build delivers (nothing for an unimplemented driver). Admission reads only this. */
+  capabilities: ManagedRuntimeCapabilities;
+  /** What the upstream design says the driver would advertise once built; never admitted. Null when implemented or unspecified. */
+  planned: ManagedRuntimeCapabilities | null;
+  /** Serves a ToolSandboxPort for the harness-outside-sandbox placement. */
+  toolSandbox: boolean;
+  /** Refuses to load outside NODE_ENV=test. */
+  testOnly: boolean;
+  notes: readonly string[];
+}
+
+/** The descriptor of something that does nothing yet: no lane, no strategy, no fact. */
+export function claimsNothing(provider: string): ManagedRuntimeCapabilities {
+  return {
+    provider,
+    lanes: [],
+    sandbox: { suspendResume: "unsupported", hardTerminate: "best_effort", orphanReap: "unsupported" },
+    workspace: [],
+    outputs: [],
+    runtimeCheckpoints: [],
+    credentialEgress: { enforcement: "unsupported" },
+    sandboxPortFacts: { has: [], lacks: [] },
+  };
+}
+
+const BOTH_LANES = ["ama_worker", "openma_supervised"] as const;
+const HOST_MANAGED = { hardTerminate: "supported", orphanReap: "host_managed" } as const;
+
+/** The upstream descriptor of a driver not built here (shape of the seed's table). */
+function planned(
+  provider: string,
+  spec: Omit<ManagedRuntimeCapabilities, "provider" | "sandbox" | "runtimeCheckpoints"> & { suspend: boolean },
+): ManagedRuntimeCapabilities {
+  const { suspend, ...rest } = spec;
+  return {
+    provider,
+    ...rest,
+    sandbox: { suspendResume: suspend ? "supported" : "unsupported", ...HOST_MANAGED },
+    runtimeCheckpoints: [],
+  };
+}
+
+function unbuilt(
+  driver: string,
+  sandboxClass: SandboxClass,
+  summary: string,
+  plan: ManagedRuntimeCapabilities | null,
+  notes: readonly string[] = [],
+): DriverConformance {
+  return {
+    driver,
+    class: sandboxClass,
+    implemented: false,
+    package: null,
+    summary,
+    capabilities: claimsNothing(driver),
+    planned: plan,
+    toolSandbox: false,
+    testOnly: false,
+    notes,
+  };
+}
+
+const UNSUPPORTED_EGRESS = { enforcement: "unsupported" } as const;
+/**
+ * What the host's filesystem adapters (packages/host/src/adapters) offer a
+ * local driver that bind-mounts their directories: chunked checkpoints in the
+ * blob store (durable), a durable_mount tree (durable only when the operator
+ * declares its root durable, so best_effort here), and ephemeral.
+ */
+const HOST_FS_WORKSPACE = [
+  { strategy: "checkpoint_restore", durability: "durable" },
+  { strategy: "durable_mount", durability: "best_effort" },
+  { strategy: "ephemeral", durability: "none" },
+] as const;
+const HOST_FS_OUTPUTS = [
+  { strategy: "final_collect", durability: "durable" },
+  { strategy: "watch_and_upload", durability: "durable" },
+  { strategy: "durable_mount", durability: "best_effort" },
+] as const;
+const HOST_FS_NOTE =
+  "Workspace and output offers are those of the host-filesystem adapters whose directories the driver binds at /workspace and /mnt/session/outputs; `durable_mount` counts as durable only when the operator declares its root durable.";
+
+export const DRIVER_CONFORMANCE: readonly DriverConformance[] = [
+  {
+    driver: "bubblewrap",
+    class: "local",
+    implemented: true,
+    package: "packages/drivers/bubblewrap",
+    summary:
+      "Daemonless bwrap sandboxes on the host: user/pid/ipc/uts/net namespaces, read-only base, seccomp, rlimits or cgroup v2, egress only through an allowlisting proxy.",
+    capabilities: {
+      provider: "bubblewrap",
+      lanes: BOTH_LANES,
+      sandbox: { suspendResume: "unsupported", ...HOST_MANAGED },
+      workspace: HOST_FS_WORKSPACE,
+      outputs: HOST_FS_OUTPUTS,
+      runtimeCheckpoints: [],
+      credentialEgress: { enforcement: "enforced", interceptedProtocols: ["http", "https"] },
+      sandboxPortFacts: {
+        has: [
+          "duplex_process",
+          "workspace_file_io",
+          "process_tree_kill",
+          "private_network_namespace",
+          "egress_proxy_allowlist",
+          "seccomp_syscall_denylist",
+          "read_only_base",
+          "unprivileged_host_uid",
+        ],
+        lacks: ["provider_suspend_resume", "process_memory_checkpoint", "credential_substitution", "durable_output_mount"],
+      },
+    },
+    planned: null,
+    toolSandbox: true,
+    testOnly: false,
+    notes: [
+      "Egress is enforced by construction: the sandbox's network namespace has only loopback. With the default `network: none` nothing leaves; with `network: proxy` the only way out is an HTTP/CONNECT proxy with a host allowlist. The proxy does not substitute credentials.",
+      "Resource limits: cgroup v2 (memory.max, pids.max, cpu.max for the whole sandbox) when a delegated parent is configured, otherwise per-process rlimits (the driver reports which in `enforcement`).",
+      "Seccomp denylist on x86_64 and aarch64; elsewhere the driver declares it missing. Needs root on the host; sandbox processes run as an unprivileged host uid (65534 by default).",
+      HOST_FS_NOTE,
+    ],
+  },
+  {
+    driver: "node-docker",
+    class: "local",
+    implemented: true,
+    package: "packages/drivers/node-docker",
+    summary:
+      "Docker Engine containers over the API: deterministic names and ownership labels, network none, resource limits, duplex exec, hard kill and remove.",
+    capabilities: {
+      provider: "node-docker",
+      lanes: BOTH_LANES,
+      sandbox: { suspendResume: "unsupported", ...HOST_MANAGED },
+      workspace: HOST_FS_WORKSPACE,
+      outputs: HOST_FS_OUTPUTS,
+      runtimeCheckpoints: [],
+      credentialEgress: UNSUPPORTED_EGRESS,
+      sandboxPortFacts: {
+        has: ["duplex_process", "workspace_file_io", "stable_name_with_ownership_labels", "network_none_by_default"],
+        lacks: ["provider_suspend_resume", "process_memory_checkpoint"],
+      },
+    },
+    planned: null,
+    toolSandbox: true,
+    testOnly: false,
+    notes: [
+      "Credential egress is unsupported: `NetworkMode: none` blocks egress entirely, and no proxy exists that could enforce credential use.",
+      "Secrets reach the container through stdin into a tmpfs, never argv or `docker inspect`-visible environment.",
+      HOST_FS_NOTE,
+    ],
+  },
+  {
+    driver: "subprocess",
+    class: "local",
+    implemented: true,
+    package: "packages/drivers/subprocess",
+    summary: "Test-only: tools run as plain host processes in a per-session directory. No isolation.",
+    capabilities: {
+      ...claimsNothing("subprocess"),
+      sandboxPortFacts: {
+        has: ["tool_exec", "workspace_file_io"],
+        lacks: ["process_isolation", "mount_namespace", "network_isolation", "managed_lifecycle", "process_tree_kill"],
+      },
+    },
+    planned: null,
+    toolSandbox: true,
+    testOnly: true,
+    notes: ["Refuses to load unless NODE_ENV=test, so a production server fails closed instead of running agent commands on its own host."],
+  },
+  unbuilt(
+    "litebox",
+    "local",
+    "An embedded BoxLite microVM on the host; host-local retained boxes.",
+    planned("litebox", {
+      lanes: BOTH_LANES,
+      suspend: true,
+      workspace: [{ strategy: "retained_runtime", durability: "best_effort" }],
+      outputs: [{ strategy: "final_collect", durability: "durable" }],
+      credentialEgress: UNSUPPORTED_EGRESS,
+      sandboxPortFacts: {
+        has: [
+          "stable_get_or_create",
+          "detached_retained_filesystem",
+          "duplex_process",
+          "native_network_allowlist",
+          "native_secret_substitution",
+        ],
+        lacks: ["portable_workspace_checkpoint", "process_memory_checkpoint"],
+      },
+    }),
+  ),
+  unbuilt(
+    "boxrun",
+    "local",
+    "BoxLite through its official REST client.",
+    planned("boxrun", {
+      lanes: BOTH_LANES,
+      suspend: true,
+      workspace: [{ strategy: "retained_runtime", durability: "best_effort" }],
+      outputs: [{ strategy: "final_collect", durability: "durable" }],
+      credentialEgress: UNSUPPORTED_EGRESS,
+      sandboxPortFacts: {
+        has: ["official_boxlite_rest_client", "stable_get_or_create", "detached_retained_filesystem", "duplex_process"],
+        lacks: ["portable_workspace_checkpoint", "process_memory_checkpoint"],
+      },
+    }),
+  ),
+  unbuilt(
+    "e2b",
+    "microvm_devbox",
+    "E2B sandboxes: provider suspend/resume and memory snapshot (not an OpenMA checkpoint).",
+    planned("e2b", {
+      lanes: BOTH_LANES,
+      suspend: true,
+      workspace: [
+        { strategy: "retained_runtime", durability: "best_effort" },
+        { strategy: "checkpoint_restore", durability: "durable" },
+      ],
+      outputs: [{ strategy: "final_collect", durability: "durable" }],
+      credentialEgress: UNSUPPORTED_EGRESS,
+      sandboxPortFacts: {
+        has: ["duplex_process", "provider_suspend_resume", "provider_memory_snapshot"],
+        lacks: ["process_memory_checkpoint"],
+      },
+    }),
+  ),
+  unbuilt(
+    "daytona",
+    "microvm_devbox",
+    "Daytona workspaces: stable names, stop/start, portable filesystem snapshots, activity-renewal lease.",
+    planned("daytona", {
+      lanes: BOTH_LANES,
+      suspend: true,
+      workspace: [
+        { strategy: "retained_runtime", durability: "best_effort" },
+        { strategy: "checkpoint_restore", durability: "durable" },
+      ],
+      outputs: [{ strategy: "final_collect", durability: "durable" }],
+      credentialEgress: UNSUPPORTED_EGRESS,
+      sandboxPortFacts: {
+        has: [
+          "provider_activity_lease",
+          "stable_name_with_ownership_labels",
+          "retained_filesystem_stop_start",
+          "portable_filesystem_snapshot",
+          "duplex_session_process",
+        ],
+        lacks: ["process_memory_checkpoint", "durable_output_mount"],
+      },
+    }),
+  ),
+  unbuilt(
+    "modal",
+    "serverless",
+    "Modal sandboxes over a session-scoped Volume v2 subpath at /workspace; compute recreated over the durable volume.",
+    planned("modal", {
+      lanes: BOTH_LANES,
+      suspend: true,
+      workspace: [{ strategy: "durable_mount", durability: "durable" }],
+      outputs: [],
+      credentialEgress: UNSUPPORTED_EGRESS,
+      sandboxPortFacts: {
+        has: [
+          "stable_name_and_ownership_tags",
+          "session_scoped_volume_v2_subpath",
+          "volume_sync_before_detach",
+          "duplex_process",
+          "native_domain_and_cidr_allowlist",
+          "compute_recreate_over_durable_volume",
+        ],
+        lacks: ["portable_workspace_checkpoint", "stable_process_memory_checkpoint"],
+      },
+    }),
+  ),
+  unbuilt(
+    "sprites",
+    "serverless",
+    "Fly Sprites: provider-persistent ext4 filesystem, automatic pause/wake, native network policy.",
+    planned("sprites", {
+      lanes: BOTH_LANES,
+      suspend: true,
+      workspace: [{ strategy: "durable_mount", durability: "durable" }],
+      outputs: [],
+      credentialEgress: UNSUPPORTED_EGRESS,
+      sandboxPortFacts: {
+        has: [
+          "stable_name_and_ownership_labels",
+          "persistent_ext4_filesystem",
+          "automatic_pause_and_wake",
+          "duplex_process",
+          "native_network_policy",
+        ],
+        lacks: ["portable_workspace_checkpoint", "process_memory_checkpoint"],
+      },
+    }),
+  ),
+  unbuilt(
+    "vercel",
+    "serverless",
+    "Vercel Sandbox: persistent named sandbox with automatic snapshot restore; ama_worker lane only.",
+    planned("vercel", {
+      lanes: ["ama_worker"],
+      suspend: true,
+      workspace: [{ strategy: "checkpoint_restore", durability: "durable" }],
+      outputs: [],
+      credentialEgress: UNSUPPORTED_EGRESS,
+      sandboxPortFacts: {
+        has: [
+          "stable_name_and_ownership_tags",
+          "persistent_filesystem_with_automatic_snapshot_restore",
+          "detached_process_logs",
+          "deny_by_default_network_policy",
+          "path_scoped_header_transform_and_forward_proxy",
+        ],
+        lacks: ["streaming_process_stdin", "portable_workspace_checkpoint", "process_memory_checkpoint"],
+      },
+    }),
+    ["Its deny-by-default firewall is a provider feature, not OpenMA credential egress."],
+  ),
+  unbuilt(
+    "blaxel",
+    "serverless",
+    "Blaxel: stable session identity, archive/unarchive retained filesystem (best effort).",
+    planned("blaxel", {
+      lanes: BOTH_LANES,
+      suspend: true,
+      workspace: [{ strategy: "retained_runtime", durability: "best_effort" }],
+      outputs: [],
+      credentialEgress: UNSUPPORTED_EGRESS,
+      sandboxPortFacts: {
+        has: [
+          "stable_name_external_id_and_ownership_labels",
+          "archive_unarchive_retained_filesystem",
+          "duplex_named_process",
+          "native_proxy_firewall_and_secret_injection",
+          "optional_persistent_volume",
+        ],
+        lacks: ["portable_workspace_checkpoint", "process_memory_checkpoint"],
+      },
+    }),
+  ),
+  unbuilt(
+    "superserve",
+    "serverless",
+    "Superserve: retained pause/resume preserving processes and files, token-rotating reconnect.",
+    planned("superserve", {
+      lanes: BOTH_LANES,
+      suspend: true,
+      workspace: [{ strategy: "checkpoint_restore", durability: "durable" }],
+      outputs: [],
+      credentialEgress: UNSUPPORTED_EGRESS,
+      sandboxPortFacts: {
+        has: [
+          "stable_name_and_ownership_metadata",
+          "pause_resume_preserves_processes_and_files",
+          "transparent_token_rotation_and_auto_resume",
+          "duplex_process",
+          "deny_by_default_network_policy",
+          "provider_side_secret_proxy_and_audit",
+        ],
+        lacks: ["portable_workspace_checkpoint", "stable_process_memory_checkpoint"],
+      },
+    }),
+  ),
+  unbuilt(
+    "cloudflare",
+    "edge",
+    "Cloudflare Workers Containers; upstream, the only driver whose credential egress is enforced (live, http/https).",
+    planned("cloudflare", {
+      lanes: BOTH_LANES,
+      suspend: false,
+      workspace: [{ strategy: "checkpoint_restore", durability: "durable" }],
+      outputs: [{ strategy: "final_collect", durability: "durable" }],
+      credentialEgress: { enforcement: "enforced", credentialMode: "live", interceptedProtocols: ["http", "https"] },
+      sandboxPortFacts: {
+        has: ["duplex_process", "workspace_backup", "session_output_mount"],
+        lacks: ["runtime_scoped_resume", "process_memory_checkpoint"],
+      },
+    }),
+  ),
+  unbuilt(
+    "cloudflare-bridge",
+    "edge",
+    "A Node control plane reaching an operator-deployed Cloudflare Sandbox Bridge over HTTP; ama_worker lane only.",
+    planned("cloudflare-bridge", {
+      lanes: ["ama_worker"],
+      suspend: false,
+      workspace: [{ strategy: "checkpoint_restore", durability: "durable" }],
+      outputs: [],
+      credentialEgress: UNSUPPORTED_EGRESS,
+      sandboxPortFacts: {
+        has: ["http_bridge", "argv_sse_process", "workspace_file_io", "workspace_tar_checkpoint"],
+        lacks: ["interactive_stdin_without_pty", "provider_lease", "process_memory_checkpoint"],
+      },
+    }),
+  ),
+  unbuilt(
+    "gke-agent-sandbox",
+    "kubernetes",
+    "GKE dispatch (poll_unacked_then_dispatch): binds a warm pod from an agent-sandbox warm pool; the in-pod runtime takes over Work heartbeats.",
+    null,
+    ["Upstream publishes a dispatch strategy, not a capability descriptor, so nothing is planned here beyond it."],
+  ),
+  unbuilt(
+    "aws-microvm",
+    "vm",
+    "AWS activation (acquire_then_session_poll): a durable activation-intent queue launches a VM whose worker polls, claims and heartbeats Work itself.",
+    null,
+    ["A VM created after ownership loss is reaped as an orphan upstream; no capability descriptor is published."],
+  ),
+  {
+    driver: "none",
+    class: "none",
+    implemented: true,
+    package: "packages/harness",
+    summary: "Sandbox-free sessions: the agent loop runs with server-side tools only.",
+    capabilities: claimsNothing("none"),
+    planned: null,
+    toolSandbox: false,
+    testOnly: false,
+    notes: [
+      "Sandbox tools (bash, read, write, edit, glob, grep) are refused with an explanation instead of running unisolated on the host; server-side tools still run.",
+      "Not a managed runtime: it offers no lane, so admission rejects any runtime profile for it.",
+    ],
+  },
+];
+
+export function conformanceOf(driver: string, table: readonly DriverConformance[] = DRIVER_CONFORMANCE): DriverConformance | null {
+  return table.find((entry) => entry.driver === driver) ?? null;
+}
+
+export type DriverAdmission =
+  | ManagedRuntimePlanResult
+  | { type: "unavailable"; driver: string; reason: "unknown_driver" | "not_implemented"; message: string };
+
+/**
+ * Admission by driver name: the profile is planned against what the table
+ * says this build delivers. Pure; an unknown or unbuilt driver is a value.
+ */
+export function admissionFor(
+  driver: string,
+  profile: ManagedRuntimeProfile,
+  table: readonly DriverConformance[] = DRIVER_CONFORMANCE,
+): DriverAdmission {
+  const entry = conformanceOf(driver, table);
+  if (entry === null) {
+    const known = table.map((e) => e.driver).join(", ");
+    return { type: "unavailable", driver, reason: "unknown_driver", message: `unknown sandbox driver "${driver}" (known: ${known})` };
+  }
+  if (!entry.implemented) {
+    return {
+      type: "unavailable",
+      driver,
+      reason: "not_implemented",
+      message: `sandbox driver "${driver}" is in the conformance table but not implemented in this build`,
+    };
+  }
+  return resolveManagedRuntimePlan(profile, entry.capabilities);
+}
+
+/** Structural problems of a table (empty when consistent); the tests and the docs generator run it. */
+export function conformanceIssues(table: readonly DriverConformance[]): string[] {
+  const issues: string[] = [];
+  const seen = new Set<string>();
+  for (const entry of table) {
+    const at = entry.driver;
+    if (seen.has(at)) issues.push(`${at}: duplicate entry`);
+    seen.add(at);
+    if (entry.capabilities.provider !== at) issues.push(`${at}: capabilities.provider is ${entry.capabilities.provider}`);
+    if (entry.planned !== null && entry.planned.provider !== at) issues.push(`${at}: planned.provider is ${entry.planned.provider}`);
+    const facts = entry.capabilities.sandboxPortFacts;
+    const both = facts.has.filter((fact) => facts.lacks.includes(fact));
+    if (both.length > 0) issues.push(`${at}: facts both had and lacked: ${both.join(", ")}`);
+    if (entry.implemented) {
+      if (entry.package === null) issues.push(`${at}: implemented without a package`);
+      if (entry.planned !== null) issues.push(`${at}: implemented entries describe themselves in capabilities, not planned`);
+    } else {
+      const claimed = JSON.stringify(entry.capabilities) !== JSON.stringify(claimsNothing(at));
+      if (claimed) issues.push(`${at}: not implemented but its capabilities claim something`);
+      if (entry.package !== null || entry.toolSandbox) issues.push(`${at}: not implemented but names a package or a tool sandbox`);
+    }
+  }
+  return issues;
+}

@@ -1,0 +1,553 @@
+/**
+ * The bubblewrap driver: a ManagedSandboxPort whose runtimes are bwrap
+ * sandboxes on this host (no daemon), plus the ToolSandboxPort and duplex
+ * processes that run inside them.
+ *
+ * Isolation: user, pid, ipc, uts, network and (where possible) cgroup
+ * namespaces; a read-only base (host `/usr` or a rootfs directory); private
+ * writable `/tmp`, `/workspace` and `/mnt/session/outputs`; no capabilities;
+ * a seccomp denylist on x86_64/aarch64; resource limits through a delegated
+ * cgroup v2 parent or rlimits. When the driver runs as root, sandbox
+ * processes run as an unprivileged host uid (65534 unless configured), so a
+ * file the sandbox can reach through a bug is still not readable as root.
+ *
+ * Network: none by default (a namespace with only loopback); with
+ * `network: {mode: "proxy", allow}`, an HTTP/CONNECT proxy with a host
+ * allowlist reachable at 127.0.0.1:3128 inside the sandbox is the only way out.
+ *
+ * No suspend/resume (declared). A runtime is recorded under the state root
+ * (pid + start time), so any process sharing that root can reap it from its
+ * serialized lease.
+ */
+import { closeSync, existsSync, mkdirSync, openSync, readdirSync, renameSync, statSync, writeFileSync } from "node:fs";
+import { chmod, chown, mkdir, rm } from "node:fs/promises";
+import type { Server } from "node:net";
+import { tmpdir } from "node:os";
+import { join, posix } from "node:path";
+import type {
+  ExecInput,
+  ManagedSandboxLease,
+  ManagedSandboxPort,
+  OrphanReapInput,
+  OrphanReapResult,
+  SandboxAcquireResult,
+  SandboxCapabilities,
+  SandboxHeartbeatResult,
+  SandboxInspectResult,
+  SandboxSuspendResult,
+  SandboxTerminateResult,
+  ToolSandboxPort,
+} from "@openma/contract";
+import { type EgressOptions, EgressProxy, listenInNetns, proxyEnv } from "./egress.ts";
+import { type ExecContext, execInSandbox, type SandboxProcess, spawnInSandbox, type Tools } from "./exec.ts";
+import { chownTree, SandboxFs } from "./files.ts";
+import { startInit } from "./init.ts";
+import { baseLayout, type ExtraBind, extraBindIssues, layoutArgs, type MountEntry, runtimeLayout, syntheticEtc } from "./layout.ts";
+import { CgroupParent, DEFAULT_LIMITS, type LimitEnforcement, limitEnforcement, limitIssues, type ResourceLimits } from "./limits.ts";
+import { isSameLiveProcess, killExact, readStat, waitGone } from "./proc.ts";
+import { seccompProgram } from "./seccomp.ts";
+import { isRuntimeId, PROVIDER, type RuntimeState, readState, runtimeDir, runtimeIdFor, writeState } from "./state.ts";
+
+export const PROVISION_HINT = "run `npm run provision`";
+
+export type NetworkOptions = { mode: "none" } | ({ mode: "proxy" } & EgressOptions);
+
+export interface BubblewrapOptions {
+  /** Runtime records and private `/tmp` directories (default /run/openma/bwrap as root, else a temp dir). */
+  stateRoot?: string;
+  /** A root filesystem directory (e.g. /var/lib/openma/rootfs/<tag>) instead of the host's `/usr`. */
+  rootfs?: string | null;
+  network?: NetworkOptions;
+  limits?: Partial<ResourceLimits>;
+  /** A delegated cgroup v2 directory; without it limits are rlimits. */
+  cgroupParent?: string | null;
+  /** The seccomp denylist (default on where supported). */
+  seccomp?: boolean;
+  hostname?: string;
+  /** Identity inside the sandbox (default 1000:1000). */
+  sandboxUser?: { uid: number; gid: number };
+  /** When the driver runs as root: the host uid/gid sandbox processes run as (default 65534); null keeps root. */
+  hostUser?: { uid: number; gid: number } | null;
+  /** Variables every process gets (PATH, HOME, LANG and TERM have defaults). */
+  env?: Readonly<Record<string, string>>;
+  binds?: readonly ExtraBind[];
+  tools?: Partial<Tools>;
+  startTimeoutMs?: number;
+  killTimeoutMs?: number;
+}
+
+type PortInput<M extends "acquire" | "heartbeat" | "suspend" | "terminate" | "inspect"> = Parameters<ManagedSandboxPort[M]>[0];
+
+interface Live {
+  state: RuntimeState;
+  /** Null when this process cannot run anything in it (host checks failed). */
+  ctx: ExecContext | null;
+  fs: SandboxFs;
+  /** Present only in the process that started the runtime. */
+  stdin: { destroy(): void } | null;
+  egress: { proxy: EgressProxy; close(): void } | null;
+}
+
+const BIN_DIRS = ["/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin"];
+
+function findTool(name: string): string | null {
+  for (const dir of BIN_DIRS) if (existsSync(join(dir, name))) return join(dir, name);
+  return null;
+}
+
+const BASE_ENV = {
+  PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+  HOME: "/tmp",
+  LANG: "C.UTF-8",
+  TERM: "dumb",
+};
+
+function hostPathOf(
+  binding: { metadata?: Record<string, unknown> } | null,
+  field: string,
+): { ok: true; path: string } | { ok: false; reason: string } {
+  const path = binding?.metadata?.hostPath;
+  if (typeof path !== "string" || !path.startsWith("/"))
+    return { ok: false, reason: `${field}.metadata.hostPath: must be an absolute host directory` };
+  try {
+    if (!statSync(path).isDirectory()) return { ok: false, reason: `${field}.metadata.hostPath: ${path} is not a directory` };
+  } catch {
+    return { ok: false, reason: `${field}.metadata.hostPath: ${path} does not exist` };
+  }
+  return { ok: true, path };
+}
+
+export class BubblewrapSandbox implements ManagedSandboxPort {
+  readonly capabilities: SandboxCapabilities;
+  readonly stateRoot: string;
+  readonly limits: ResourceLimits;
+  readonly enforcement: LimitEnforcement;
+  readonly tools: Tools;
+  readonly #options: BubblewrapOptions;
+  readonly #hostUser: { uid: number; gid: number } | null;
+  readonly #sandboxUser: { uid: number; gid: number };
+  readonly #hostname: string;
+  readonly #seccomp: Buffer | null;
+  readonly #cgroup: CgroupParent | null;
+  readonly #live = new Map<string, Live>();
+  readonly #locks = new Map<string, Promise<unknown>>();
+  #ready: Promise<{ ok: true; base: MountEntry[]; seccompFile: string | null } | { ok: false; reason: string }> | null = null;
+
+  constructor(options: BubblewrapOptions = {}) {
+    this.#options = options;
+    const root = process.getuid?.() === 0;
+    this.stateRoot = options.stateRoot ?? (root ? "/run/openma/bwrap" : join(tmpdir(), `openma-bwrap-${process.getuid?.() ?? "user"}`));
+    this.#hostUser = root ? (options.hostUser === undefined ? { uid: 65534, gid: 65534 } : options.hostUser) : null;
+    this.#sandboxUser = options.sandboxUser ?? { uid: 1000, gid: 1000 };
+    this.#hostname = options.hostname ?? "sandbox";
+    if (!/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(this.#hostname)) throw new Error("hostname: must be a DNS label");
+    this.limits = { ...DEFAULT_LIMITS, ...options.limits };
+    const issues = [...limitIssues(this.limits), ...(options.binds ?? []).flatMap(extraBindIssues)];
+    for (const [field, ids] of [
+      ["sandboxUser", this.#sandboxUser],
+      ["hostUser", this.#hostUser],
+    ] as const) {
+      if (ids !== null && ![ids.uid, ids.gid].every((id) => Number.isInteger(id) && id >= 0 && id < 2 ** 31 - 1)) {
+        issues.push(`${field}: uid and gid must be integers between 0 and 2147483646`);
+      }
+    }
+    if (options.network?.mode === "proxy") {
+      const port = options.network.port ?? 3128;
+      if (!Number.isInteger(port) || port < 1 || port > 65535) issues.push("network.port: must be between 1 and 65535");
+      new EgressProxy(options.network).close(); // validates the allowlist now rather than at first acquire
+    }
+    if (issues.length > 0) throw new Error(`bubblewrap driver: ${issues.join("; ")}`);
+    this.tools = {
+      bwrap: options.tools?.bwrap ?? findTool("bwrap") ?? "bwrap",
+      nsenter: options.tools?.nsenter ?? findTool("nsenter") ?? "nsenter",
+      unshare: options.tools?.unshare ?? findTool("unshare") ?? "unshare",
+      prlimit: options.tools?.prlimit === undefined ? findTool("prlimit") : options.tools.prlimit,
+      setpriv: options.tools?.setpriv === undefined ? findTool("setpriv") : options.tools.setpriv,
+    };
+    this.#seccomp = options.seccomp === false ? null : seccompProgram();
+    this.#cgroup = options.cgroupParent ? new CgroupParent(options.cgroupParent) : null;
+    const hostUid = this.#hostUser?.uid ?? process.getuid?.() ?? 0;
+    this.enforcement = limitEnforcement(this.#cgroup !== null, hostUid);
+    this.capabilities = this.#describe(hostUid);
+  }
+
+  #describe(hostUid: number): SandboxCapabilities {
+    const proxy = this.#options.network?.mode === "proxy";
+    const has = ["duplex_process", "workspace_file_io", "process_tree_kill", "private_network_namespace", "read_only_base"];
+    const lacks = ["provider_suspend_resume", "process_memory_checkpoint", "credential_substitution", "durable_output_mount"];
+    if (proxy) has.push("egress_proxy_allowlist");
+    (this.#seccomp ? has : lacks).push("seccomp_syscall_denylist");
+    (this.#cgroup ? has : lacks).push("resource_limits_cgroup_v2");
+    if (!this.#cgroup) has.push("resource_limits_rlimit");
+    (hostUid !== 0 ? has : lacks).push("unprivileged_host_uid");
+    return {
+      provider: PROVIDER,
+      lifecycle: { suspendResume: "unsupported", hardTerminate: "supported", orphanReap: "host_managed" },
+      facts: { has, lacks },
+      // No route out but the proxy (or none at all): the namespace has only loopback.
+      credentialEgress: { enforcement: "enforced", interceptedProtocols: proxy ? ["http", "https"] : [] },
+    };
+  }
+
+  /** One-time host checks and files shared by every runtime; a failure is reported by acquire, not thrown. */
+  #prepare() {
+    this.#ready ??= (async () => {
+      if (!existsSync(this.tools.bwrap) && !findTool(this.tools.bwrap)) {
+        return { ok: false as const, reason: `bubblewrap (bwrap) is not installed: ${PROVISION_HINT}` };
+      }
+      for (const tool of [this.tools.nsenter, this.tools.unshare]) {
+        if (!existsSync(tool) && !findTool(tool))
+          return { ok: false as const, reason: `${tool} (util-linux) is not installed: ${PROVISION_HINT}` };
+      }
+      if (process.getuid?.() !== 0) {
+        // Joining a sandbox's pid namespace needs a private /proc mount, which needs root on the host.
+        return {
+          ok: false as const,
+          reason: "the bubblewrap driver must run as root (it drops every sandbox to an unprivileged host uid)",
+        };
+      }
+      if (this.#hostUser !== null && this.tools.setpriv === null) {
+        return { ok: false as const, reason: `setpriv (util-linux) is needed to drop sandboxes to an unprivileged uid: ${PROVISION_HINT}` };
+      }
+      const problem = this.#cgroup ? await this.#cgroup.probe() : null;
+      if (problem !== null) return { ok: false as const, reason: `cgroupParent: ${problem}` };
+      mkdirSync(this.stateRoot, { recursive: true, mode: 0o711 });
+      // Traversable by the sandbox's host uid, which bwrap runs as when it binds /tmp from here (never narrowed: it may be shared).
+      const mode = statSync(this.stateRoot).mode & 0o7777;
+      if ((mode & 0o011) !== 0o011) await chmod(this.stateRoot, mode | 0o011);
+      for (const bind of this.#options.binds ?? []) {
+        if (!existsSync(bind.source)) return { ok: false as const, reason: `binds: ${bind.source} does not exist` };
+      }
+      const etcDir = join(this.stateRoot, `etc-${this.#hostname}-${this.#sandboxUser.uid}-${this.#sandboxUser.gid}`);
+      mkdirSync(etcDir, { recursive: true, mode: 0o755 });
+      for (const [name, text] of Object.entries(syntheticEtc(this.#sandboxUser, this.#hostname)))
+        atomicWrite(join(etcDir, name), text, 0o644);
+      let seccompFile: string | null = null;
+      if (this.#seccomp) {
+        seccompFile = join(this.stateRoot, `seccomp-${process.arch}.bpf`);
+        atomicWrite(seccompFile, this.#seccomp, 0o644);
+      }
+      let base: MountEntry[];
+      try {
+        base = baseLayout(this.#options.rootfs ?? null, etcDir);
+      } catch (err) {
+        return { ok: false as const, reason: `rootfs: ${(err as Error).message}` };
+      }
+      return { ok: true as const, base, seccompFile };
+    })();
+    return this.#ready;
+  }
+
+  /** Serializes work per runtime id inside this process (acquire retries, terminate racing reap). */
+  async #locked<T>(runtimeId: string, work: () => Promise<T>): Promise<T> {
+    const previous = this.#locks.get(runtimeId) ?? Promise.resolve();
+    const next = previous.then(work, work);
+    this.#locks.set(runtimeId, next);
+    try {
+      return await next;
+    } finally {
+      if (this.#locks.get(runtimeId) === next) this.#locks.delete(runtimeId);
+    }
+  }
+
+  async acquire(input: PortInput<"acquire">): Promise<SandboxAcquireResult> {
+    const ready = await this.#prepare();
+    if (!ready.ok) return { type: "unavailable", reason: ready.reason, retryable: false };
+    const workspace = hostPathOf(input.workspace, "workspace");
+    if (!workspace.ok) return { type: "unavailable", reason: workspace.reason, retryable: false };
+    const outputs = input.outputs === null ? null : hostPathOf(input.outputs, "outputs");
+    if (outputs !== null && !outputs.ok) return { type: "unavailable", reason: outputs.reason, retryable: false };
+    const runtimeId = runtimeIdFor(input.scope, input.idempotencyKey);
+    return this.#locked(runtimeId, async () => {
+      const existing = await this.#load(runtimeId);
+      if (existing && (await isSameLiveProcess(existing.state.initPid, existing.state.initStart))) {
+        return { type: "acquired", lease: leaseOf(existing.state) };
+      }
+      if (existing) await this.#destroy(existing.state);
+      return this.#start(runtimeId, ready, workspace.path, outputs?.ok ? outputs.path : null, input.signal);
+    });
+  }
+
+  async #start(
+    runtimeId: string,
+    ready: { base: MountEntry[]; seccompFile: string | null },
+    workspace: string,
+    outputs: string | null,
+    signal: AbortSignal,
+  ): Promise<SandboxAcquireResult> {
+    const dir = runtimeDir(this.stateRoot, runtimeId);
+    const tmpDir = join(dir, "tmp");
+    await rm(dir, { recursive: true, force: true });
+    await mkdir(tmpDir, { recursive: true, mode: 0o700 });
+    await chmod(dir, 0o711);
+    let cgroupDir: string | null = null;
+    let mounts: MountEntry[];
+    try {
+      mounts = runtimeLayout(ready.base, { tmpDir, workspace, outputs, extra: this.#options.binds ?? [] });
+      if (this.#hostUser !== null) {
+        await chown(tmpDir, this.#hostUser.uid, this.#hostUser.gid);
+        await chownTree(workspace, this.#hostUser.uid, this.#hostUser.gid);
+        if (outputs !== null) await chownTree(outputs, this.#hostUser.uid, this.#hostUser.gid);
+      }
+      if (this.#cgroup) cgroupDir = await this.#cgroup.create(runtimeId, this.limits);
+    } catch (err) {
+      await rm(dir, { recursive: true, force: true });
+      return { type: "unavailable", reason: `preparing the sandbox failed: ${(err as Error).message}`, retryable: true };
+    }
+    const init = await startInit({
+      tools: this.tools,
+      hostname: this.#hostname,
+      sandboxUser: this.#sandboxUser,
+      hostUser: this.#hostUser,
+      layoutArgs: layoutArgs(mounts),
+      seccompFile: ready.seccompFile,
+      cgroupDir,
+      limits: this.limits,
+      cwd: "/workspace",
+      timeoutMs: this.#options.startTimeoutMs ?? 30_000,
+      signal,
+    });
+    if (!init.ok) {
+      if (cgroupDir) await CgroupParent.remove(cgroupDir);
+      await rm(dir, { recursive: true, force: true });
+      return { type: "unavailable", reason: init.reason, retryable: init.retryable };
+    }
+    const state: RuntimeState = {
+      version: 1,
+      runtimeId,
+      initPid: init.initPid,
+      initStart: init.initStart,
+      outerPid: init.outerPid,
+      outerStart: init.outerStart,
+      workspace,
+      outputs,
+      cgroupDir,
+      createdAt: Date.now(),
+    };
+    const live = this.#liveFor(state, ready.seccompFile, mounts, init.child.stdin);
+    try {
+      await writeState(dir, state);
+      live.egress = await this.#startEgress(state);
+    } catch (err) {
+      this.#live.set(runtimeId, live);
+      await this.#destroy(state);
+      return { type: "unavailable", reason: `starting the sandbox failed: ${(err as Error).message}`, retryable: true };
+    }
+    init.child.unref();
+    for (const stream of [init.child.stdin, init.child.stdout, init.child.stderr]) (stream as unknown as { unref?: () => void })?.unref?.();
+    this.#live.set(runtimeId, live);
+    return { type: "acquired", lease: leaseOf(state) };
+  }
+
+  #liveFor(state: RuntimeState, seccompFile: string | null, mounts: MountEntry[], stdin: { destroy(): void } | null): Live {
+    const network = this.#options.network;
+    const env = { ...BASE_ENV, ...(network?.mode === "proxy" ? proxyEnv(network.port ?? 3128) : {}), ...this.#options.env };
+    const ctx: ExecContext = {
+      tools: this.tools,
+      initPid: state.initPid,
+      initStart: state.initStart,
+      hostname: this.#hostname,
+      sandboxUser: this.#sandboxUser,
+      hostUser: this.#hostUser,
+      layoutArgs: layoutArgs(mounts),
+      env,
+      seccompFile,
+      cgroupDir: state.cgroupDir,
+      limits: this.limits,
+    };
+    return { state, ctx, fs: new SandboxFs(mounts, this.#hostUser), stdin, egress: null };
+  }
+
+  async #startEgress(state: RuntimeState): Promise<Live["egress"]> {
+    const network = this.#options.network;
+    if (network?.mode !== "proxy") return null;
+    const fd = openSync(`/proc/${state.initPid}/ns/net`, "r");
+    let server: Server;
+    try {
+      if (!(await isSameLiveProcess(state.initPid, state.initStart))) throw new Error("the sandbox exited during start");
+      server = await listenInNetns({ nsenterPath: this.tools.nsenter, netnsFd: fd, port: network.port ?? 3128 });
+    } finally {
+      closeSync(fd);
+    }
+    const proxy = new EgressProxy(network);
+    server.on("connection", (socket) => proxy.accept(socket));
+    server.unref();
+    return {
+      proxy,
+      close: () => {
+        server.close();
+        proxy.close();
+      },
+    };
+  }
+
+  /** The live record of a runtime: from memory, or rebuilt from its state file (another process started it). */
+  async #load(runtimeId: string): Promise<Live | null> {
+    const known = this.#live.get(runtimeId);
+    if (known) return known;
+    const state = await readState(runtimeDir(this.stateRoot, runtimeId));
+    if (state === null) return null;
+    const ready = await this.#prepare();
+    if (!ready.ok) return { state, ctx: null, fs: new SandboxFs([], null), stdin: null, egress: null };
+    const mounts = runtimeLayout(ready.base, {
+      tmpDir: join(runtimeDir(this.stateRoot, runtimeId), "tmp"),
+      workspace: state.workspace,
+      outputs: state.outputs,
+      extra: this.#options.binds ?? [],
+    });
+    return this.#liveFor(state, ready.seccompFile, mounts, null);
+  }
+
+  /** Kills the runtime (cgroup, pid namespace, outer bwrap) and removes its records; false when it would not die. */
+  async #destroy(state: RuntimeState): Promise<{ ok: true; killed: boolean } | { ok: false; error: string }> {
+    const live = this.#live.get(state.runtimeId);
+    live?.egress?.close();
+    if (state.cgroupDir) await CgroupParent.kill(state.cgroupDir);
+    // Killing the namespace's pid 1 makes the kernel kill every process in it and in the exec namespaces nested in it.
+    const killedInit = await killExact(state.initPid, state.initStart);
+    const timeout = this.#options.killTimeoutMs ?? 10_000;
+    if (!(await waitGone(state.initPid, state.initStart, timeout))) {
+      return { ok: false, error: `sandbox pid ${state.initPid} survived SIGKILL for ${timeout} ms` };
+    }
+    // The outer bwrap exits by itself once it has reaped the init; killing it first would leave the init a zombie.
+    if (!(await waitGone(state.outerPid, state.outerStart, 1000))) {
+      // (Or it is stuck: it must not outlive the sandbox.)
+      await killExact(state.outerPid, state.outerStart);
+      await waitGone(state.outerPid, state.outerStart, timeout);
+    }
+    live?.stdin?.destroy();
+    this.#live.delete(state.runtimeId);
+    if (state.cgroupDir && !(await CgroupParent.remove(state.cgroupDir))) {
+      return { ok: false, error: `cgroup ${state.cgroupDir} could not be removed` };
+    }
+    await rm(runtimeDir(this.stateRoot, state.runtimeId), { recursive: true, force: true });
+    return { ok: true, killed: killedInit };
+  }
+
+  async heartbeat(input: PortInput<"heartbeat">): Promise<SandboxHeartbeatResult> {
+    if (!isOwnLease(input.lease)) return { type: "lost", reason: "not a bubblewrap lease" };
+    const live = await this.#load(input.lease.runtimeId);
+    if (live === null) return { type: "lost", reason: "no record of this sandbox" };
+    if (!(await isSameLiveProcess(live.state.initPid, live.state.initStart)))
+      return { type: "lost", reason: "the sandbox's init process exited" };
+    return { type: "alive" };
+  }
+
+  async suspend(_input?: PortInput<"suspend">): Promise<SandboxSuspendResult> {
+    return { type: "failed", error: "bubblewrap sandboxes cannot be suspended (declared suspendResume: unsupported)" };
+  }
+
+  async terminate(input: PortInput<"terminate">): Promise<SandboxTerminateResult> {
+    if (!isOwnLease(input.lease)) return { type: "failed", error: "not a bubblewrap lease" };
+    const result = await this.#kill(input.lease);
+    return result.type === "failed" ? result : { type: "terminated" };
+  }
+
+  async reap(input: OrphanReapInput): Promise<OrphanReapResult> {
+    if (!isOwnLease(input.lease)) return { type: "failed", error: "not a bubblewrap lease" };
+    return this.#kill(input.lease);
+  }
+
+  /** Idempotent: a runtime already gone is `not_found`. */
+  async #kill(lease: ManagedSandboxLease): Promise<OrphanReapResult> {
+    return this.#locked(lease.runtimeId, async () => {
+      const live = await this.#load(lease.runtimeId);
+      if (live !== null) {
+        const result = await this.#destroy(live.state);
+        if (!result.ok) return { type: "failed", error: result.error };
+        return result.killed ? { type: "reaped" } : { type: "not_found" };
+      }
+      // No record (state root wiped): the lease's pid and start time still identify the process exactly.
+      const pid = Number(lease.metadata?.pid);
+      const start = Number(lease.metadata?.start);
+      const stat = await readStat(pid);
+      if (stat === null || stat.comm !== "bwrap" || !(await isSameLiveProcess(pid, start))) return { type: "not_found" };
+      if (!(await killExact(pid, start))) return { type: "not_found" };
+      return (await waitGone(pid, start, this.#options.killTimeoutMs ?? 10_000))
+        ? { type: "reaped" }
+        : { type: "failed", error: `sandbox pid ${pid} survived SIGKILL` };
+    });
+  }
+
+  async inspect(input: PortInput<"inspect">): Promise<SandboxInspectResult> {
+    if (!isOwnLease(input.lease)) return { state: "unknown" };
+    const live = await this.#load(input.lease.runtimeId);
+    if (live !== null && (await isSameLiveProcess(live.state.initPid, live.state.initStart))) return { state: "running" };
+    return { state: "stopped" };
+  }
+
+  /** The tool surface of a running sandbox (harness-outside-sandbox placement); fails closed when it is gone. */
+  toolSandbox(lease: ManagedSandboxLease): ToolSandboxPort {
+    const workdir = "/workspace";
+    const absolute = (path: string) => (path.startsWith("/") ? path : posix.join(workdir, path));
+    const withLive = async <T>(work: (live: Live & { ctx: ExecContext }) => Promise<T>, gone: T): Promise<T> => {
+      const live = isOwnLease(lease) ? await this.#load(lease.runtimeId) : null;
+      return live === null || live.ctx === null ? gone : work(live as Live & { ctx: ExecContext });
+    };
+    const notRunning = "the sandbox is not running";
+    return {
+      workdir,
+      exec: (input: ExecInput) => withLive((live) => execInSandbox(live.ctx, workdir, input), { type: "error", message: notRunning }),
+      stat: (input) => withLive((live) => live.fs.stat(absolute(input.path)), { type: "error", message: notRunning }),
+      readFile: (input) =>
+        withLive((live) => live.fs.readFile(absolute(input.path), input.maxBytes, input.signal), { type: "error", message: notRunning }),
+      writeFile: (input) =>
+        withLive((live) => live.fs.writeFile(absolute(input.path), input.content, input.mode, input.signal), {
+          type: "error",
+          message: notRunning,
+        }),
+      list: (input) => withLive((live) => live.fs.list({ ...input, path: absolute(input.path) }), { type: "error", message: notRunning }),
+    };
+  }
+
+  /** A duplex process in the sandbox (what the ama_worker and supervised lanes drive). */
+  async spawn(
+    lease: ManagedSandboxLease,
+    input: { command: readonly string[]; cwd?: string; env?: Readonly<Record<string, string>> },
+  ): Promise<{ ok: true; process: SandboxProcess } | { ok: false; message: string }> {
+    const live = isOwnLease(lease) ? await this.#load(lease.runtimeId) : null;
+    if (live === null || live.ctx === null) return { ok: false, message: "the sandbox is not running" };
+    return spawnInSandbox(live.ctx, { command: input.command, cwd: input.cwd ?? "/workspace", env: input.env });
+  }
+
+  /** Removes records of runtimes whose processes are gone (e.g. after a host crash); returns how many. */
+  async reapLeftovers(): Promise<number> {
+    let removed = 0;
+    let names: string[];
+    try {
+      names = readdirSync(this.stateRoot);
+    } catch {
+      return 0;
+    }
+    for (const name of names) {
+      if (!isRuntimeId(name) || this.#live.has(name)) continue;
+      const state = await readState(runtimeDir(this.stateRoot, name));
+      if (state !== null && (await isSameLiveProcess(state.initPid, state.initStart))) continue;
+      await this.#locked(name, async () => {
+        if (state !== null) await this.#destroy(state);
+        else await rm(runtimeDir(this.stateRoot, name), { recursive: true, force: true });
+      });
+      removed++;
+    }
+    return removed;
+  }
+
+  /** Terminates every runtime this instance started (for shutdown and tests). */
+  async shutdown(): Promise<void> {
+    for (const live of [...this.#live.values()]) await this.#kill(leaseOf(live.state));
+  }
+}
+
+function leaseOf(state: RuntimeState): ManagedSandboxLease {
+  return { provider: PROVIDER, runtimeId: state.runtimeId, metadata: { pid: state.initPid, start: state.initStart } };
+}
+
+function isOwnLease(lease: ManagedSandboxLease): boolean {
+  return lease.provider === PROVIDER && isRuntimeId(lease.runtimeId);
+}
+
+function atomicWrite(path: string, content: string | Buffer, mode: number): void {
+  const temp = `${path}.${process.pid}.tmp`;
+  writeFileSync(temp, content, { mode });
+  renameSync(temp, path);
+}

@@ -1,0 +1,81 @@
+/**
+ * The on-disk record of a runtime, `<stateRoot>/<runtimeId>/state.json`:
+ * enough for any process sharing the state root (a restarted host, the
+ * orphan reaper) to find, verify and kill the sandbox. It holds pids with
+ * their start times and host paths; never a credential.
+ */
+import { createHash } from "node:crypto";
+import { readFile, rename, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { canonicalJson, type RuntimeResourceScope, runtimeScopeKey } from "@openma/contract";
+
+export const PROVIDER = "bubblewrap";
+const RUNTIME_ID = /^bwrap-[0-9a-f]{32}$/;
+
+export interface RuntimeState {
+  version: 1;
+  runtimeId: string;
+  /** The sandbox's pid 1 (bwrap's reaper inside the namespaces), as the host sees it. */
+  initPid: number;
+  initStart: number;
+  /** The outer bwrap process (the host-side parent of the init). */
+  outerPid: number;
+  outerStart: number;
+  workspace: string;
+  outputs: string | null;
+  cgroupDir: string | null;
+  createdAt: number;
+}
+
+/** Deterministic per (scope, idempotency key): a retried acquire finds the runtime the first attempt started. */
+export function runtimeIdFor(scope: RuntimeResourceScope, idempotencyKey: string): string {
+  const digest = createHash("sha256")
+    .update(canonicalJson([runtimeScopeKey(scope), idempotencyKey]))
+    .digest("hex");
+  return `bwrap-${digest.slice(0, 32)}`;
+}
+
+/** Only ids this driver mints are ever turned into paths, so a forged lease cannot point outside the state root. */
+export function isRuntimeId(value: unknown): value is string {
+  return typeof value === "string" && RUNTIME_ID.test(value);
+}
+
+export function runtimeDir(stateRoot: string, runtimeId: string): string {
+  return join(stateRoot, runtimeId);
+}
+
+export async function writeState(dir: string, state: RuntimeState): Promise<void> {
+  const temp = join(dir, `.state.${process.pid}.tmp`);
+  await writeFile(temp, JSON.stringify(state), { mode: 0o600 });
+  await rename(temp, join(dir, "state.json"));
+}
+
+export async function readState(dir: string): Promise<RuntimeState | null> {
+  let value: unknown;
+  try {
+    value = JSON.parse(await readFile(join(dir, "state.json"), "utf8"));
+  } catch {
+    return null;
+  }
+  return isRuntimeState(value) ? value : null;
+}
+
+function isPid(value: unknown): value is number {
+  return typeof value === "number" && Number.isInteger(value) && value > 0;
+}
+
+function isRuntimeState(value: unknown): value is RuntimeState {
+  if (typeof value !== "object" || value === null) return false;
+  const state = value as Partial<RuntimeState>;
+  return (
+    state.version === 1 &&
+    isRuntimeId(state.runtimeId) &&
+    isPid(state.initPid) &&
+    isPid(state.outerPid) &&
+    Number.isInteger(state.initStart) &&
+    Number.isInteger(state.outerStart) &&
+    typeof state.workspace === "string" &&
+    (state.outputs === null || typeof state.outputs === "string") &&
+    (state.cgroupDir === null || typeof state.cgroupDir === "string")
+  );
+}
