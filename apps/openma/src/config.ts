@@ -3,6 +3,7 @@ import { resolve } from "node:path";
 import { SELF_HOSTED_BRAIN_VALUES, type SelfHostedBrain } from "@openma/execution/placement";
 import type { BlobEnv } from "@openma/storage/s3-blobs";
 import { z } from "zod";
+import { SANDBOX_CHOICES, type SandboxChoice } from "./sandbox.ts";
 
 const schema = z.object({
   PORT: z.coerce.number().int().min(0).max(65535).default(8787),
@@ -25,6 +26,8 @@ const schema = z.object({
   OPENMA_EXECUTION_CONCURRENCY: z.coerce.number().int().min(1).max(1000).default(16),
   OPENMA_EXECUTION_LEASE_TTL_MS: z.coerce.number().int().min(3000).max(600_000).default(30_000),
   OPENMA_EXECUTION_POLL_MS: z.coerce.number().int().min(100).max(600_000).default(5_000),
+  // Where the default harness's sandbox tools run (see sandbox.ts): bubblewrap, else Docker, else fail closed.
+  OPENMA_SANDBOX: z.enum(SANDBOX_CHOICES).default("auto"),
   OPENMA_MODEL_BASE_URL: z.url().optional(),
   OPENMA_MODEL_API_KEY: z.string().optional(),
   ANTHROPIC_API_KEY: z.string().optional(),
@@ -60,6 +63,7 @@ export interface ServerConfig {
     concurrency: number;
     leaseTtlMs: number;
     pollIntervalMs: number;
+    sandbox: SandboxChoice;
   };
   /** Upstream Messages API for the harness; without a key sessions fail with a clear `session.error`. Secret: never log. */
   model: { baseUrl: string | undefined; apiKey: string | undefined };
@@ -91,6 +95,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
       concurrency: e.OPENMA_EXECUTION_CONCURRENCY,
       leaseTtlMs: e.OPENMA_EXECUTION_LEASE_TTL_MS,
       pollIntervalMs: e.OPENMA_EXECUTION_POLL_MS,
+      sandbox: e.OPENMA_SANDBOX,
     },
     model: { baseUrl: e.OPENMA_MODEL_BASE_URL, apiKey: e.OPENMA_MODEL_API_KEY || e.ANTHROPIC_API_KEY },
     blobs: blobEnvOf(e),

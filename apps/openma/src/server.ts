@@ -7,7 +7,7 @@ import { serve } from "@hono/node-server";
 import { type ApiDeps, createApp, type Logger } from "@openma/api";
 import { ExecutionWorker } from "@openma/execution";
 import { harnessRunner } from "@openma/execution/harness-runner";
-import { createAnthropicModel, noSandboxResolver } from "@openma/harness";
+import { createAnthropicModel } from "@openma/harness";
 import { createMcpExecutors } from "@openma/harness/server-tools/mcp";
 import { WebFetchExecutor } from "@openma/harness/server-tools/web-fetch";
 import { newId, openStorage, type Storage, systemClock } from "@openma/storage";
@@ -15,6 +15,7 @@ import type { BlobStore } from "@openma/storage/blobs";
 import pino from "pino";
 import { ensureAdminKey } from "./admin-key.ts";
 import type { ServerConfig } from "./config.ts";
+import { type AvailabilityProbes, openServeSandboxes, type ServeSandboxes } from "./sandbox.ts";
 import { VERSION } from "./version.ts";
 
 export interface RunningServer {
@@ -30,6 +31,8 @@ export interface StartOptions {
   storage?: Storage;
   logger?: Logger;
   deps?: Partial<ApiDeps>;
+  /** Sandbox availability probes (tests); default: this host's. */
+  sandboxProbes?: AvailabilityProbes;
 }
 
 export function createLogger(level: string): Logger {
@@ -86,7 +89,7 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
   const { port } = server.address() as AddressInfo;
   const url = `http://${config.host}:${port}`;
   if (!deps.publicBaseUrl) deps.publicBaseUrl = url;
-  const brain = startBrain(config, deps);
+  const brain = await startBrain(config, deps, opts.sandboxProbes);
 
   let closing: Promise<void> | null = null;
   return {
@@ -101,7 +104,9 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
           (server as unknown as { closeAllConnections?: () => void }).closeAllConnections?.();
         });
         // Running turns go back to pending so another process resumes them at once.
-        await brain?.stop();
+        await brain?.worker.stop();
+        // Then the sessions' sandboxes (their workspaces stay on disk).
+        await brain?.sandboxes.close();
         if (!opts.storage) await storage.close();
       })();
       return closing;
@@ -113,17 +118,22 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
  * The brain: an execution worker running the default harness on the sessions
  * whose turns this server schedules. Without a model key it still runs, and
  * a session then fails with the harness's clear `session.error`. Sandbox
- * tools fail closed until a real sandbox driver is configured.
+ * tools run in per-session local sandboxes (see sandbox.ts), or fail closed.
  */
-function startBrain(config: ServerConfig, deps: ApiDeps): ExecutionWorker | null {
+async function startBrain(
+  config: ServerConfig,
+  deps: ApiDeps,
+  probes: AvailabilityProbes | undefined,
+): Promise<{ worker: ExecutionWorker; sandboxes: ServeSandboxes } | null> {
   if (!config.brain.enabled) return null;
+  const sandboxes = await openServeSandboxes({ choice: config.brain.sandbox, dataDir: config.dataDir, logger: deps.logger, probes });
   const runner = harnessRunner({
     storage: deps.storage,
     clock: deps.clock,
     ids: deps.ids,
     logger: deps.logger,
     model: createAnthropicModel({ baseURL: config.model.baseUrl, apiKey: config.model.apiKey }),
-    sandboxes: noSandboxResolver,
+    sandboxes,
     serverTools: [new WebFetchExecutor()],
     // MCP connections belong to one session's agent: made per run, closed when it ends.
     sessionTools: (ctx) => createMcpExecutors(ctx.agent),
@@ -140,7 +150,7 @@ function startBrain(config: ServerConfig, deps: ApiDeps): ExecutionWorker | null
     abortOnInterrupt: false,
   });
   worker.start();
-  return worker;
+  return { worker, sandboxes };
 }
 
 /**

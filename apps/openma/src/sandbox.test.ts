@@ -1,0 +1,190 @@
+/**
+ * The embedded default sandbox's choice and lifecycle, with injected
+ * availability probes, a fake driver and a hand-driven scheduler (no
+ * storage involved, so nothing here depends on the backend).
+ */
+import { mkdtemp, rm, stat } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { Logger } from "@openma/api";
+import type { ManagedSandboxPort, SandboxRequest, ToolSandboxPort } from "@openma/contract";
+import { NO_SANDBOX_DRIVER } from "@openma/harness";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { type AvailabilityProbes, chooseSandbox, openServeSandboxes, type Scheduler, sessionSandboxes } from "./sandbox.ts";
+
+const bwrapOk: AvailabilityProbes["bubblewrap"] = async () => ({ ok: true });
+const bwrapMissing: AvailabilityProbes["bubblewrap"] = async () => ({ ok: false, reason: "bwrap is not installed" });
+const dockerOk: AvailabilityProbes["docker"] = async () => ({ ok: true, image: "openma/base:1" });
+const dockerMissing: AvailabilityProbes["docker"] = async () => ({ ok: false, reason: "the Docker Engine does not answer" });
+
+describe("chooseSandbox", () => {
+  it("auto prefers bubblewrap, then Docker", async () => {
+    expect(await chooseSandbox("auto", { bubblewrap: bwrapOk, docker: dockerOk })).toEqual({ type: "bubblewrap" });
+    expect(await chooseSandbox("auto", { bubblewrap: bwrapMissing, docker: dockerOk })).toEqual({ type: "docker", image: "openma/base:1" });
+  });
+
+  it("auto fails closed naming each missing driver and the provisioning command", async () => {
+    const chosen = await chooseSandbox("auto", { bubblewrap: bwrapMissing, docker: dockerMissing });
+    expect(chosen).toMatchObject({ type: "none", warn: true });
+    const reason = (chosen as { reason: string }).reason;
+    expect(reason).toContain("bubblewrap: bwrap is not installed");
+    expect(reason).toContain("docker: the Docker Engine does not answer");
+    expect(reason).toContain("npm run provision");
+  });
+
+  it("a probe that throws counts as missing", async () => {
+    const chosen = await chooseSandbox("auto", {
+      bubblewrap: async () => {
+        throw new Error("probe exploded");
+      },
+      docker: dockerMissing,
+    });
+    expect(chosen).toMatchObject({ type: "none", reason: expect.stringContaining("probe exploded") });
+  });
+
+  it("an explicit driver probes only that driver; none never warns", async () => {
+    expect(await chooseSandbox("docker", { bubblewrap: bwrapOk, docker: dockerMissing })).toMatchObject({
+      type: "none",
+      reason: expect.stringMatching(/^the docker sandbox driver is not usable \(docker: /),
+    });
+    expect(await chooseSandbox("bubblewrap", { bubblewrap: bwrapOk, docker: dockerMissing })).toEqual({ type: "bubblewrap" });
+    expect(await chooseSandbox("none", { bubblewrap: bwrapOk, docker: dockerOk })).toEqual({
+      type: "none",
+      reason: NO_SANDBOX_DRIVER,
+      warn: false,
+    });
+  });
+});
+
+function recordingLogger(): Logger & { warnings: string[] } {
+  const warnings: string[] = [];
+  return { warnings, info() {}, error() {}, warn: (_obj, msg) => warnings.push(msg ?? "") };
+}
+
+const request = (sessionId: string): SandboxRequest => ({
+  sessionId,
+  environmentId: "env_1",
+  environment: null,
+  signal: new AbortController().signal,
+});
+
+class ManualScheduler implements Scheduler {
+  timers: Array<{ fn: () => void; cancelled: boolean }> = [];
+  after(_ms: number, fn: () => void) {
+    const timer = { fn, cancelled: false };
+    this.timers.push(timer);
+    return () => {
+      timer.cancelled = true;
+    };
+  }
+  fire() {
+    for (const timer of this.timers.splice(0)) if (!timer.cancelled) timer.fn();
+  }
+}
+
+/** A driver that records acquires and terminations; `alive` decides heartbeats. */
+function fakeDriver() {
+  const acquired: Array<{ sessionId: string; workspace: unknown; outputs: unknown }> = [];
+  const terminated: string[] = [];
+  const state = { alive: true, refuse: null as string | null };
+  const sandbox = {
+    async acquire(input) {
+      if (state.refuse) return { type: "unavailable", reason: state.refuse, retryable: false };
+      acquired.push({
+        sessionId: input.scope.sessionId,
+        workspace: input.workspace.metadata?.hostPath,
+        outputs: input.outputs?.metadata?.hostPath,
+      });
+      return { type: "acquired", lease: { provider: "fake", runtimeId: `rt${acquired.length}` } };
+    },
+    async heartbeat() {
+      return state.alive ? { type: "alive" } : { type: "lost", reason: "gone" };
+    },
+    async terminate(input) {
+      terminated.push(input.lease.runtimeId);
+      return { type: "terminated" };
+    },
+  } as Partial<ManagedSandboxPort> as ManagedSandboxPort;
+  const backend = {
+    name: "bubblewrap" as const,
+    sandbox,
+    toolSandbox: (lease: { runtimeId: string }) => ({ workdir: `/workspace#${lease.runtimeId}` }) as unknown as ToolSandboxPort,
+    needsTraversal: true,
+  };
+  return { backend, acquired, terminated, state };
+}
+
+describe("per-session sandboxes", () => {
+  let dataDir: string;
+  beforeEach(async () => {
+    dataDir = await mkdtemp(join(tmpdir(), "openma-serve-sandbox-"));
+  });
+  afterEach(async () => {
+    await rm(dataDir, { recursive: true, force: true });
+  });
+
+  it("fails closed with one warning when no driver is usable", async () => {
+    const logger = recordingLogger();
+    const sandboxes = await openServeSandboxes({
+      choice: "auto",
+      dataDir,
+      logger,
+      probes: { bubblewrap: bwrapMissing, docker: dockerMissing },
+    });
+    expect(sandboxes.driver).toBeNull();
+    expect(logger.warnings).toHaveLength(1);
+    expect(logger.warnings[0]).toContain("npm run provision");
+    const resolution = await sandboxes.resolve(request("sesn_a"));
+    expect(resolution).toEqual({ type: "unavailable", reason: logger.warnings[0] });
+  });
+
+  it("acquires once per session with host workspace and outputs dirs, and reuses it", async () => {
+    const fake = fakeDriver();
+    const sandboxes = sessionSandboxes(fake.backend, { dataDir, logger: recordingLogger(), scheduler: new ManualScheduler() });
+    const [a1, a2] = await Promise.all([sandboxes.resolve(request("sesn_a")), sandboxes.resolve(request("sesn_a"))]);
+    const b = await sandboxes.resolve(request("sesn_b"));
+    expect(a1).toEqual(a2);
+    expect(a1).toMatchObject({ type: "ready", port: { workdir: "/workspace#rt1" } });
+    expect(b).toMatchObject({ type: "ready", port: { workdir: "/workspace#rt2" } });
+    expect(fake.acquired).toEqual([
+      { sessionId: "sesn_a", workspace: join(dataDir, "workspaces", "sesn_a"), outputs: join(dataDir, "outputs", "sesn_a") },
+      { sessionId: "sesn_b", workspace: join(dataDir, "workspaces", "sesn_b"), outputs: join(dataDir, "outputs", "sesn_b") },
+    ]);
+    expect((await stat(join(dataDir, "workspaces", "sesn_a"))).isDirectory()).toBe(true);
+    // The driver's unprivileged uid can traverse (not list) the data dir.
+    expect((await stat(dataDir)).mode & 0o011).toBe(0o011);
+    await sandboxes.close();
+    expect(fake.terminated.sort()).toEqual(["rt1", "rt2"]);
+    expect(await sandboxes.resolve(request("sesn_a"))).toMatchObject({ type: "unavailable" });
+  });
+
+  it("terminates an idle sandbox and replaces a dead one", async () => {
+    const fake = fakeDriver();
+    const scheduler = new ManualScheduler();
+    const sandboxes = sessionSandboxes(fake.backend, { dataDir, logger: recordingLogger(), scheduler });
+    await sandboxes.resolve(request("sesn_a"));
+    scheduler.fire();
+    await new Promise((r) => setImmediate(r));
+    expect(fake.terminated).toEqual(["rt1"]);
+    expect(sandboxes.active()).toEqual([]);
+    expect(await sandboxes.resolve(request("sesn_a"))).toMatchObject({ type: "ready", port: { workdir: "/workspace#rt2" } });
+    fake.state.alive = false;
+    expect(await sandboxes.resolve(request("sesn_a"))).toMatchObject({ type: "ready", port: { workdir: "/workspace#rt3" } });
+    expect(fake.terminated).toEqual(["rt1", "rt2"]);
+    await sandboxes.close();
+  });
+
+  it("does not cache a refused acquire, and refuses ids that cannot name a directory", async () => {
+    const fake = fakeDriver();
+    const sandboxes = sessionSandboxes(fake.backend, { dataDir, logger: recordingLogger(), scheduler: new ManualScheduler() });
+    fake.state.refuse = "bwrap exploded";
+    expect(await sandboxes.resolve(request("sesn_a"))).toEqual({
+      type: "unavailable",
+      reason: "the session's bubblewrap sandbox could not be started: bwrap exploded",
+    });
+    fake.state.refuse = null;
+    expect(await sandboxes.resolve(request("sesn_a"))).toMatchObject({ type: "ready" });
+    expect(await sandboxes.resolve(request("../etc"))).toMatchObject({ type: "unavailable" });
+    await sandboxes.close();
+  });
+});

@@ -1,0 +1,323 @@
+/**
+ * The embedded default sandbox of `openma serve` (harness outside the
+ * sandbox): the default harness's tools run through a ToolSandboxPort of a
+ * real local sandbox, one per session, acquired lazily on its first sandbox
+ * tool call and cached.
+ *
+ * `OPENMA_SANDBOX=auto` picks bubblewrap when it works here, else Docker when
+ * the engine answers and the base image is loaded, else fails closed: the
+ * server still starts, logs one warning naming what is missing, and every
+ * sandbox tool returns that reason as its error. Agent tools never run
+ * unisolated on the host.
+ *
+ * Each session's workspace is a host directory, `<dataDir>/workspaces/<id>`,
+ * bound at `/workspace` (outputs: `<dataDir>/outputs/<id>` at
+ * `/mnt/session/outputs`), so its files outlive the sandbox: a sandbox idle
+ * for `idleMs` is terminated and the next tool call gets a fresh one over the
+ * same files. `close()` terminates every sandbox this server started.
+ */
+import { randomBytes } from "node:crypto";
+import { chmod, mkdir, stat } from "node:fs/promises";
+import { join } from "node:path";
+import type { Logger } from "@openma/api";
+import {
+  type FenceIdentity,
+  type ManagedRuntimePlan,
+  type ManagedSandboxLease,
+  type ManagedSandboxPort,
+  OUTPUTS_MOUNT_PATH,
+  type RuntimeResourceScope,
+  type SandboxRequest,
+  type SandboxResolution,
+  type SandboxResolver,
+  type SandboxStopReason,
+  type ToolSandboxPort,
+  WORKSPACE_MOUNT_PATH,
+} from "@openma/contract";
+import { NO_SANDBOX_DRIVER } from "@openma/harness";
+import { checkBubblewrap } from "./doctor.ts";
+
+export const SANDBOX_CHOICES = ["auto", "bubblewrap", "docker", "none"] as const;
+export type SandboxChoice = (typeof SANDBOX_CHOICES)[number];
+
+const PROVISION = "run `npm run provision` (as root)";
+const TOOLS = "sandbox tools (bash, read, write, edit, glob, grep) cannot run";
+
+export type Probe<T = object> = () => Promise<({ ok: true } & T) | { ok: false; reason: string }>;
+
+/** Whether each driver can run here; injected by tests. */
+export interface AvailabilityProbes {
+  bubblewrap: Probe;
+  /** `image` is the loaded base image sandboxes start from. */
+  docker: Probe<{ image: string }>;
+}
+
+export type SandboxSelection =
+  | { type: "bubblewrap" }
+  | { type: "docker"; image: string }
+  /** `warn`: the operator asked for a sandbox (or auto found none), so the refusal deserves a warning. */
+  | { type: "none"; reason: string; warn: boolean };
+
+/** The driver `choice` resolves to on this host, or the reason sandbox tools fail closed. */
+export async function chooseSandbox(choice: SandboxChoice, probes: AvailabilityProbes): Promise<SandboxSelection> {
+  if (choice === "none") return { type: "none", reason: NO_SANDBOX_DRIVER, warn: false };
+  const missing: string[] = [];
+  if (choice !== "docker") {
+    const bwrap = await safely(probes.bubblewrap);
+    if (bwrap.ok) return { type: "bubblewrap" };
+    missing.push(`bubblewrap: ${bwrap.reason}`);
+  }
+  if (choice !== "bubblewrap") {
+    const docker = await safely(probes.docker);
+    if (docker.ok) return { type: "docker", image: docker.image };
+    missing.push(`docker: ${docker.reason}`);
+  }
+  const which = choice === "auto" ? "no sandbox driver is usable on this server" : `the ${choice} sandbox driver is not usable`;
+  return { type: "none", reason: `${which} (${missing.join("; ")}), so ${TOOLS}: ${PROVISION}`, warn: true };
+}
+
+/** A probe that throws reports "not usable" instead: the server must start either way. */
+async function safely<T extends object>(probe: Probe<T>): ReturnType<Probe<T>> {
+  try {
+    return await probe();
+  } catch (err) {
+    return { ok: false, reason: err instanceof Error ? err.message : String(err) };
+  }
+}
+
+/** The real probes: the doctor's bwrap check (plus root, which the driver needs), and the Docker engine and base image. */
+export const hostProbes: AvailabilityProbes = {
+  async bubblewrap() {
+    if (process.getuid?.() !== 0) return { ok: false, reason: "the bubblewrap driver must run as root" };
+    const check = await checkBubblewrap(5_000);
+    return check.status === "ok" ? { ok: true } : { ok: false, reason: check.detail };
+  },
+  async docker() {
+    // Loaded only here, so a server without Docker never loads dockerode.
+    const { connectDocker, imagePresent, probeEngine, readImageManifest } = await import("@openma/driver-node-docker");
+    const docker = connectDocker();
+    const engine = await probeEngine(docker);
+    if (!engine.ok) return { ok: false, reason: engine.message };
+    const manifest = await readImageManifest();
+    if (!manifest.ok) return { ok: false, reason: manifest.message };
+    const image = manifest.manifest.base.image;
+    const present = await imagePresent(docker, image).catch(() => false);
+    return present ? { ok: true, image } : { ok: false, reason: `the base image ${image} is not loaded in dockerd` };
+  },
+};
+
+/** A driver the resolver acquires from, with the tool surface of its leases. */
+export interface SandboxBackend {
+  name: "bubblewrap" | "docker";
+  sandbox: ManagedSandboxPort;
+  toolSandbox(lease: ManagedSandboxLease): ToolSandboxPort;
+  /** Whether the driver's unprivileged host uid must traverse the data dir to bind the workspace. */
+  needsTraversal: boolean;
+}
+
+export async function openBackend(selection: Exclude<SandboxSelection, { type: "none" }>): Promise<SandboxBackend> {
+  if (selection.type === "bubblewrap") {
+    const { BubblewrapSandbox } = await import("@openma/driver-bubblewrap");
+    const sandbox = new BubblewrapSandbox();
+    return { name: "bubblewrap", sandbox, toolSandbox: (lease) => sandbox.toolSandbox(lease), needsTraversal: true };
+  }
+  const { NodeDockerSandbox } = await import("@openma/driver-node-docker");
+  const sandbox = new NodeDockerSandbox({ image: selection.image, namePrefix: "openma-serve" });
+  return { name: "docker", sandbox, toolSandbox: (lease) => sandbox.toolSandbox(lease), needsTraversal: false };
+}
+
+/** Timers the resolver uses for idle termination (tests drive them by hand). */
+export interface Scheduler {
+  /** Runs `fn` after `ms`; the returned function cancels it. */
+  after(ms: number, fn: () => void): () => void;
+}
+
+export const realScheduler: Scheduler = {
+  after(ms, fn) {
+    const timer = setTimeout(fn, ms);
+    timer.unref();
+    return () => clearTimeout(timer);
+  },
+};
+
+export interface ServeSandboxes extends SandboxResolver {
+  /** The driver in use, or null when sandbox tools fail closed. */
+  readonly driver: "bubblewrap" | "docker" | null;
+  /** Session ids with a live (or starting) sandbox. */
+  active(): string[];
+  /** Terminates every sandbox this resolver started. */
+  close(): Promise<void>;
+}
+
+export interface ServeSandboxOptions {
+  choice: SandboxChoice;
+  dataDir: string;
+  logger: Logger;
+  probes?: AvailabilityProbes;
+  scheduler?: Scheduler;
+  /** A session's sandbox is terminated after this long without a tool call (default 30 minutes). */
+  idleMs?: number;
+}
+
+/** Chooses the driver, logs once when sandbox tools will fail closed, and returns the per-session resolver. */
+export async function openServeSandboxes(options: ServeSandboxOptions): Promise<ServeSandboxes> {
+  const selection = await chooseSandbox(options.choice, options.probes ?? hostProbes);
+  if (selection.type === "none") {
+    if (selection.warn) options.logger.warn({ sandbox: options.choice }, selection.reason);
+    return failClosed(selection.reason);
+  }
+  const backend = await openBackend(selection);
+  options.logger.info({ sandbox: backend.name }, "sandbox tools run in per-session sandboxes");
+  return sessionSandboxes(backend, options);
+}
+
+export function failClosed(reason: string): ServeSandboxes {
+  return {
+    driver: null,
+    resolve: async () => ({ type: "unavailable", reason }),
+    active: () => [],
+    close: async () => {},
+  };
+}
+
+const SAFE_ID = /^[A-Za-z0-9_-]{1,128}$/;
+
+interface Held {
+  scope: RuntimeResourceScope;
+  fence: FenceIdentity;
+  lease: ManagedSandboxLease;
+  port: ToolSandboxPort;
+}
+
+interface Entry {
+  acquiring: Promise<Held | { reason: string }>;
+  cancelIdle: () => void;
+}
+
+/** The resolver over one backend: one cached sandbox per session, terminated when idle or on close. */
+export function sessionSandboxes(
+  backend: SandboxBackend,
+  options: Pick<ServeSandboxOptions, "dataDir" | "logger" | "scheduler" | "idleMs">,
+): ServeSandboxes {
+  const scheduler = options.scheduler ?? realScheduler;
+  const idleMs = options.idleMs ?? 30 * 60_000;
+  // Unique per server start, so a restarted server never adopts (or collides with) a previous process's sandbox.
+  const boot = randomBytes(6).toString("hex");
+  const entries = new Map<string, Entry>();
+  let acquisitions = 0;
+  let closed = false;
+
+  const terminate = async (sessionId: string, entry: Entry, reason: SandboxStopReason) => {
+    if (entries.get(sessionId) === entry) entries.delete(sessionId);
+    entry.cancelIdle();
+    const held = await entry.acquiring;
+    if ("reason" in held) return;
+    const signal = AbortSignal.timeout(30_000);
+    const result = await backend.sandbox
+      .terminate({ scope: held.scope, fence: held.fence, lease: held.lease, reason, signal })
+      .catch((err: unknown) => ({ type: "failed" as const, error: String(err) }));
+    if (result.type === "failed") options.logger.warn({ sessionId, error: result.error }, "terminating a session sandbox failed");
+  };
+
+  const touch = (sessionId: string, entry: Entry) => {
+    entry.cancelIdle();
+    entry.cancelIdle = scheduler.after(idleMs, () => void terminate(sessionId, entry, "completed"));
+  };
+
+  const acquire = async (request: SandboxRequest): Promise<Held | { reason: string }> => {
+    const scope = { environmentId: request.environmentId, sessionId: request.sessionId };
+    const fence: FenceIdentity = {
+      scope,
+      ownerId: `serve-${boot}-${++acquisitions}`,
+      generation: 1,
+      expiresAt: Date.now() + 3650 * 86_400_000,
+    };
+    const dirs = await sessionDirs(options.dataDir, request.sessionId, backend.needsTraversal);
+    const result = await backend.sandbox.acquire({
+      scope,
+      fence,
+      plan: planFor(backend.name),
+      workspace: {
+        bindingId: `ws-${request.sessionId}`,
+        strategy: "ephemeral",
+        mountPath: WORKSPACE_MOUNT_PATH,
+        metadata: { hostPath: dirs.workspace },
+      },
+      outputs: {
+        bindingId: `out-${request.sessionId}`,
+        strategy: "final_collect",
+        mountPath: OUTPUTS_MOUNT_PATH,
+        metadata: { hostPath: dirs.outputs },
+      },
+      idempotencyKey: fence.ownerId,
+      signal: request.signal,
+    });
+    if (result.type !== "acquired") return { reason: `the session's ${backend.name} sandbox could not be started: ${result.reason}` };
+    return { scope, fence, lease: result.lease, port: backend.toolSandbox(result.lease) };
+  };
+
+  /** The cached sandbox when it still runs; a dead one is replaced (its files stay in the host workspace). */
+  const current = async (request: SandboxRequest, entry: Entry): Promise<Held | { reason: string } | null> => {
+    const held = await entry.acquiring;
+    if ("reason" in held) return held;
+    const beat = await backend.sandbox
+      .heartbeat({ scope: held.scope, fence: held.fence, lease: held.lease, signal: request.signal })
+      .catch(() => ({ type: "lost" as const }));
+    return beat.type === "alive" ? held : null;
+  };
+
+  return {
+    driver: backend.name,
+    active: () => [...entries.keys()],
+    async resolve(request): Promise<SandboxResolution> {
+      if (closed) return { type: "unavailable", reason: "the server is shutting down" };
+      if (!SAFE_ID.test(request.sessionId)) return { type: "unavailable", reason: "the session id cannot name a workspace directory" };
+      const cached = entries.get(request.sessionId);
+      if (cached !== undefined && (await current(request, cached)) === null) await terminate(request.sessionId, cached, "failed");
+      let entry = entries.get(request.sessionId);
+      if (entry === undefined) {
+        entry = { acquiring: acquire(request).catch((err: unknown) => ({ reason: String(err) })), cancelIdle: () => {} };
+        entries.set(request.sessionId, entry);
+      }
+      const held = await entry.acquiring;
+      if ("reason" in held) {
+        // Not cached: the next tool call tries again.
+        if (entries.get(request.sessionId) === entry) entries.delete(request.sessionId);
+        return { type: "unavailable", reason: held.reason };
+      }
+      touch(request.sessionId, entry);
+      return { type: "ready", port: held.port };
+    },
+    async close() {
+      closed = true;
+      await Promise.all([...entries].map(([sessionId, entry]) => terminate(sessionId, entry, "cancelled")));
+    },
+  };
+}
+
+/** The per-session host directories, made on first use. */
+async function sessionDirs(dataDir: string, sessionId: string, traversable: boolean): Promise<{ workspace: string; outputs: string }> {
+  const workspace = join(dataDir, "workspaces", sessionId);
+  const outputs = join(dataDir, "outputs", sessionId);
+  if (traversable) {
+    // bwrap binds the directories as the sandbox's unprivileged host uid, which must be able to reach them:
+    // search (not list) permission on the data dir and the two roots; the session dirs are chowned by the driver.
+    const mode = (await stat(dataDir)).mode & 0o7777;
+    if ((mode & 0o011) !== 0o011) await chmod(dataDir, mode | 0o011);
+  }
+  for (const root of [join(dataDir, "workspaces"), join(dataDir, "outputs")]) await mkdir(root, { recursive: true, mode: 0o711 });
+  await mkdir(workspace, { recursive: true, mode: 0o700 });
+  await mkdir(outputs, { recursive: true, mode: 0o700 });
+  return { workspace, outputs };
+}
+
+/** Drivers take a plan; in this lane the harness runs outside the sandbox, so no process is started in it. */
+function planFor(provider: string): ManagedRuntimePlan {
+  return {
+    provider,
+    driver: { type: "ama_worker", process: { command: "true" } },
+    workspace: { requirement: "ephemeral", strategy: "ephemeral", durability: "none" },
+    outputs: { requirement: "best_effort", strategy: "final_collect", durability: "best_effort" },
+    runtimeCheckpoint: null,
+  };
+}
