@@ -24,11 +24,13 @@
  * cannot set up inside a joined uts namespace): each exec gets the same
  * hostname. Cgroup is not joined either: each exec unshares its own view.
  */
+
 import { type ChildProcess, spawn } from "node:child_process";
 import { closeSync, openSync } from "node:fs";
 import { readdir, readlink } from "node:fs/promises";
 import type { Readable, Writable } from "node:stream";
 import type { ExecInput, ExecResult } from "@openma/contract";
+import { TailBuffer } from "@openma/driver-kit";
 import { prlimitArgs, type ResourceLimits } from "./limits.ts";
 import { isSameLiveProcess } from "./proc.ts";
 
@@ -231,33 +233,6 @@ function wrap(child: ChildProcess): SandboxProcess {
 }
 
 const DEFAULT_MAX_OUTPUT = 1024 * 1024;
-
-/** Keeps the last `limit` bytes of a stream. */
-class TailBuffer {
-  #chunks: Buffer[] = [];
-  #size = 0;
-  truncated = false;
-  constructor(private readonly limit: number) {}
-  push(chunk: Buffer): void {
-    this.#chunks.push(chunk);
-    this.#size += chunk.length;
-    while (this.#size > this.limit && this.#chunks.length > 0) {
-      const first = this.#chunks[0] as Buffer;
-      const excess = this.#size - this.limit;
-      this.truncated = true;
-      if (first.length <= excess) {
-        this.#chunks.shift();
-        this.#size -= first.length;
-      } else {
-        this.#chunks[0] = first.subarray(excess);
-        this.#size -= excess;
-      }
-    }
-  }
-  bytes(): Uint8Array {
-    return Buffer.concat(this.#chunks);
-  }
-}
 
 /** `ToolSandboxPort.exec` on top of `spawnInSandbox`: stdin up front, streamed and captured output, timeout and abort. */
 export async function execInSandbox(ctx: ExecContext, workdir: string, input: ExecInput): Promise<ExecResult> {

@@ -6,6 +6,7 @@
  * directory (a check, not a boundary). `SubprocessSandboxDriver` refuses to
  * construct outside `NODE_ENV=test`.
  */
+
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { lstat, mkdir, open, readdir, realpath, rename, rm } from "node:fs/promises";
@@ -21,35 +22,9 @@ import type {
   ToolSandboxPort,
   WriteFileResult,
 } from "@openma/contract";
+import { TailBuffer } from "@openma/driver-kit";
 
 const DEFAULT_MAX_OUTPUT = 1024 * 1024;
-
-/** Keeps the last `limit` bytes of a stream. */
-class TailBuffer {
-  private chunks: Buffer[] = [];
-  private size = 0;
-  truncated = false;
-  constructor(private readonly limit: number) {}
-  push(chunk: Buffer): void {
-    this.chunks.push(chunk);
-    this.size += chunk.length;
-    while (this.size > this.limit && this.chunks.length > 0) {
-      const first = this.chunks[0] as Buffer;
-      const excess = this.size - this.limit;
-      this.truncated = true;
-      if (first.length <= excess) {
-        this.chunks.shift();
-        this.size -= first.length;
-      } else {
-        this.chunks[0] = first.subarray(excess);
-        this.size -= excess;
-      }
-    }
-  }
-  bytes(): Uint8Array {
-    return Buffer.concat(this.chunks);
-  }
-}
 
 function kindOf(st: { isFile(): boolean; isDirectory(): boolean; isSymbolicLink(): boolean }): EntryKind {
   if (st.isSymbolicLink()) return "symlink";

@@ -1,0 +1,2 @@
+/** Small pieces every sandbox driver needs, written once. */
+export * from "./tail-buffer.ts";
