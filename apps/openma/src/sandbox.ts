@@ -119,6 +119,9 @@ export async function openBackend(selection: Exclude<SandboxSelection, { type: "
   if (selection.type === "bubblewrap") {
     const { BubblewrapSandbox } = await import("@openma/driver-bubblewrap");
     const sandbox = new BubblewrapSandbox();
+    // Records of sandboxes whose processes died with an earlier server (a crash, kill -9):
+    // only dead runtimes are removed, so another live server on this host is untouched.
+    await sandbox.reapLeftovers().catch(() => 0);
     return { name: "bubblewrap", sandbox, toolSandbox: (lease) => sandbox.toolSandbox(lease), needsTraversal: true };
   }
   const { NodeDockerSandbox } = await import("@openma/driver-node-docker");
