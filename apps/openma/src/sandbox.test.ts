@@ -3,14 +3,16 @@
  * availability probes, a fake driver and a hand-driven scheduler (no
  * storage involved, so nothing here depends on the backend).
  */
+
 import { mkdtemp, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Logger } from "@openma/api";
 import type { ManagedSandboxPort, SandboxRequest, ToolSandboxPort } from "@openma/contract";
 import { NO_SANDBOX_DRIVER } from "@openma/harness";
+import { ManualScheduler } from "@openma/time";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { type AvailabilityProbes, chooseSandbox, openServeSandboxes, type Scheduler, sessionSandboxes } from "./sandbox.ts";
+import { type AvailabilityProbes, chooseSandbox, openServeSandboxes, sessionSandboxes } from "./sandbox.ts";
 
 const bwrapOk: AvailabilityProbes["bubblewrap"] = async () => ({ ok: true });
 const bwrapMissing: AvailabilityProbes["bubblewrap"] = async () => ({ ok: false, reason: "bwrap is not installed" });
@@ -67,20 +69,6 @@ const request = (sessionId: string): SandboxRequest => ({
   environment: null,
   signal: new AbortController().signal,
 });
-
-class ManualScheduler implements Scheduler {
-  timers: Array<{ fn: () => void; cancelled: boolean }> = [];
-  after(_ms: number, fn: () => void) {
-    const timer = { fn, cancelled: false };
-    this.timers.push(timer);
-    return () => {
-      timer.cancelled = true;
-    };
-  }
-  fire() {
-    for (const timer of this.timers.splice(0)) if (!timer.cancelled) timer.fn();
-  }
-}
 
 /** A driver that records acquires and terminations; `alive` decides heartbeats. */
 function fakeDriver() {
@@ -163,7 +151,8 @@ describe("per-session sandboxes", () => {
     const scheduler = new ManualScheduler();
     const sandboxes = sessionSandboxes(fake.backend, { dataDir, logger: recordingLogger(), scheduler });
     await sandboxes.resolve(request("sesn_a"));
-    scheduler.fire();
+    await scheduler.untilSleeping();
+    scheduler.advance(30 * 60_000);
     await new Promise((r) => setImmediate(r));
     expect(fake.terminated).toEqual(["rt1"]);
     expect(sandboxes.active()).toEqual([]);

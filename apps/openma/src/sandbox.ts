@@ -16,6 +16,7 @@
  * for `idleMs` is terminated and the next tool call gets a fresh one over the
  * same files. `close()` terminates every sandbox this server started.
  */
+
 import { randomBytes } from "node:crypto";
 import { chmod, mkdir, stat } from "node:fs/promises";
 import { join } from "node:path";
@@ -35,6 +36,7 @@ import {
   WORKSPACE_MOUNT_PATH,
 } from "@openma/contract";
 import { NO_SANDBOX_DRIVER } from "@openma/harness";
+import { realScheduler, type Scheduler } from "@openma/time";
 import { checkBubblewrap } from "./doctor.ts";
 
 export const SANDBOX_CHOICES = ["auto", "bubblewrap", "docker", "none"] as const;
@@ -129,20 +131,6 @@ export async function openBackend(selection: Exclude<SandboxSelection, { type: "
   return { name: "docker", sandbox, toolSandbox: (lease) => sandbox.toolSandbox(lease), needsTraversal: false };
 }
 
-/** Timers the resolver uses for idle termination (tests drive them by hand). */
-export interface Scheduler {
-  /** Runs `fn` after `ms`; the returned function cancels it. */
-  after(ms: number, fn: () => void): () => void;
-}
-
-export const realScheduler: Scheduler = {
-  after(ms, fn) {
-    const timer = setTimeout(fn, ms);
-    timer.unref();
-    return () => clearTimeout(timer);
-  },
-};
-
 export interface ServeSandboxes extends SandboxResolver {
   /** The driver in use, or null when sandbox tools fail closed. */
   readonly driver: "bubblewrap" | "docker" | null;
@@ -224,7 +212,12 @@ export function sessionSandboxes(
 
   const touch = (sessionId: string, entry: Entry) => {
     entry.cancelIdle();
-    entry.cancelIdle = scheduler.after(idleMs, () => void terminate(sessionId, entry, "completed"));
+    const idle = new AbortController();
+    entry.cancelIdle = () => idle.abort();
+    scheduler.sleep(idleMs, idle.signal).then(
+      () => void terminate(sessionId, entry, "completed"),
+      () => {}, // cancelled: the sandbox was used again or terminated
+    );
   };
 
   const acquire = async (request: SandboxRequest): Promise<Held | { reason: string }> => {
