@@ -12,6 +12,7 @@ export * from "./json.ts";
 export * from "./orphan.ts";
 export * from "./outputs.ts";
 export * from "./plan.ts";
+export * from "./process.ts";
 export * from "./profile.ts";
 export * from "./profile-check.ts";
 export * from "./sandbox.ts";

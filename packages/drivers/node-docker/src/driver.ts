@@ -12,7 +12,7 @@
  * container cannot be retained across host loss, so the capability says so.
  */
 import { createHash } from "node:crypto";
-import { isAbsolute } from "node:path";
+import { isAbsolute, normalize } from "node:path";
 import {
   type FenceIdentity,
   type ManagedSandboxLease,
@@ -91,6 +91,11 @@ export interface NodeDockerSandboxOptions {
   /** Container user (default: the image's, root in the OpenMA images). */
   user?: string;
   namePrefix?: string;
+  /**
+   * Extra host paths bound into every container (e.g. the official worker's SDK and the control-plane
+   * socket of the ama_worker lane). Read-only unless `writable`; they may not cover the workspace or outputs.
+   */
+  binds?: readonly { source: string; target: string; writable?: boolean }[];
 }
 
 type Input<M extends "acquire" | "heartbeat" | "suspend" | "terminate" | "inspect"> = Parameters<ManagedSandboxPort[M]>[0];
@@ -152,6 +157,10 @@ export class NodeDockerSandbox implements ManagedSandboxPort {
       throw new Error("node-docker: limits.memoryBytes must be an integer >= 6 MiB");
     if (!(Number.isSafeInteger(pids) && pids >= 8 && pids <= 4_194_304))
       throw new Error("node-docker: limits.pids must be an integer in [8, 4194304]");
+    for (const bind of options.binds ?? []) {
+      const issue = bindIssue(bind);
+      if (issue) throw new Error(`node-docker: binds: ${issue}`);
+    }
   }
 
   /** The plan is optional: the container is the same whatever harness lane runs in it. */
@@ -266,7 +275,7 @@ export class NodeDockerSandbox implements ManagedSandboxPort {
       HostConfig: {
         NetworkMode: networkMode,
         Init: true,
-        Mounts: mounts,
+        Mounts: [...mounts, ...this.#extraMounts()],
         // Pid files and secret files: memory only, private to root, never executable.
         Tmpfs: { [RUNTIME_DIR]: "rw,nosuid,nodev,noexec,size=16m,mode=0700" },
         NanoCpus: Math.round(limits.cpus * 1e9),
@@ -280,6 +289,15 @@ export class NodeDockerSandbox implements ManagedSandboxPort {
         LogConfig: { Type: "none", Config: {} },
       },
     };
+  }
+
+  #extraMounts(): Docker.MountConfig {
+    return (this.#options.binds ?? []).map((bind) => ({
+      Type: "bind" as const,
+      Source: bind.source,
+      Target: bind.target,
+      ReadOnly: bind.writable !== true,
+    }));
   }
 
   #lease(name: string, containerId: string, generation: number): ManagedSandboxLease {
@@ -373,6 +391,17 @@ async function startIdempotent(container: Docker.Container): Promise<void> {
   } catch (err) {
     if (statusOf(err) !== 304) throw err;
   }
+}
+
+const RESERVED_TARGETS = [WORKSPACE_MOUNT_PATH, OUTPUTS_MOUNT_PATH, "/proc", "/dev", "/sys", RUNTIME_DIR];
+
+/** A bind may add paths, never shadow the bindings or the driver's own runtime directory. */
+function bindIssue(bind: { source: string; target: string }): string | null {
+  if (!isAbsolute(bind.source)) return `source ${JSON.stringify(bind.source)} must be absolute`;
+  if (!isAbsolute(bind.target) || normalize(bind.target) !== bind.target || bind.target === "/")
+    return `target ${JSON.stringify(bind.target)} must be a normalized absolute path other than /`;
+  const clash = RESERVED_TARGETS.find((r) => r === bind.target || r.startsWith(`${bind.target}/`) || bind.target.startsWith(`${r}/`));
+  return clash ? `target ${bind.target} would cover ${clash}` : null;
 }
 
 function leaseProblem(lease: ManagedSandboxLease): string | null {

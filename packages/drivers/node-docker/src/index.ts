@@ -21,4 +21,5 @@ export {
   readImageManifest,
 } from "./engine.ts";
 export { type ContainerProcess, type ContainerProcessInput, DEFAULT_MAX_OUTPUT_BYTES } from "./process.ts";
+export { dockerProcesses } from "./process-port.ts";
 export { type DockerExecInput, DockerToolSandbox, type DockerToolSandboxOptions } from "./tool-sandbox.ts";
