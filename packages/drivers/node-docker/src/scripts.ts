@@ -12,6 +12,9 @@ export const RUNTIME_DIR = "/run/openma";
 export const PID_DIR = `${RUNTIME_DIR}/exec`;
 export const SECRET_DIR = `${RUNTIME_DIR}/secrets`;
 
+/** Marks every process of one exec (value: the exec's key), so a kill also reaches those that left its process group. */
+export const EXEC_TREE_VAR = "OPENMA_EXEC_TREE";
+
 /** Prefix of the wrapper's own failures, told apart from the command's output by exit code 127 plus this line. */
 export const WRAPPER_FAILURE = "openma-exec: ";
 
@@ -27,6 +30,14 @@ export const WRAPPER_FAILURE = "openma-exec: ";
  * gives a background job /dev/null as stdin even with `0<&0` (busybox ash),
  * so stdin travels through fd 3; the wrapper then lets go of the pipe so
  * the command is its only reader.
+ *
+ * A process that calls `setsid` leaves that group, and there is no pid
+ * namespace per exec here (making one needs CAP_SYS_ADMIN, which the
+ * container does not have), so every process of the exec also inherits
+ * `EXEC_TREE_VAR=<exec key>` in its environment: the kill finds stragglers
+ * by that mark. Only a process that deliberately drops its environment
+ * (`env -i`) and leaves the group escapes the kill; terminating the
+ * container still ends it.
  */
 export const EXEC_WRAPPER = `
 pidf=$1; envf=$2; cwd=$3; shift 3
@@ -43,6 +54,7 @@ if [ -n "$envf" ]; then
   rm -f -- "$envf"
 fi
 if [ -n "$cwd" ]; then cd -- "$cwd" 2>/dev/null || fail "cannot change directory to $cwd"; fi
+tree=\${pidf##*/}; export ${EXEC_TREE_VAR}="\${tree%.pid}"
 command -v -- "$1" >/dev/null 2>&1 || fail "command not found: $1"
 exec 3<&0
 "$@" 0<&3 3<&- &
@@ -57,13 +69,29 @@ exit "$rc"
 
 /**
  * `$1` pid file, `$2` secret env file (or empty): SIGKILL to the wrapper's
- * process group, then removes both files. Exit 3 when the pid file is not
- * there (the wrapper has not started yet, or has already finished).
+ * process group, then to every process still carrying the exec's mark in
+ * its environment (those that left the group), then removes both files.
+ * The sweep repeats until a pass finds nobody, because a marked process may
+ * fork between the listing and its kill (bounded: a fork bomb still ends
+ * with the container). Exit 3 when the pid file is not there (the wrapper
+ * has not started yet, or has already finished).
  */
 export const KILL_TREE = `
 [ -s "$1" ] || exit 3
 p=$(cat -- "$1") || exit 3
 kill -KILL -"$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null
+tree=\${1##*/}; mark="${EXEC_TREE_VAR}=\${tree%.pid}"
+pass=0
+while [ "$pass" -lt 20 ]; do
+  found=0
+  for d in /proc/[0-9]*; do
+    if tr '\\0' '\\n' < "$d/environ" 2>/dev/null | grep -qx -- "$mark"; then
+      kill -KILL "\${d#/proc/}" 2>/dev/null && found=1
+    fi
+  done
+  [ "$found" = 0 ] && break
+  pass=$((pass + 1))
+done
 rm -f -- "$1"
 [ -z "$2" ] || rm -f -- "$2"
 exit 0
