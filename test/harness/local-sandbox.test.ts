@@ -3,13 +3,15 @@
  * brain runs the default harness against the scripted model, which asks for
  * `bash`, `write` and `read`; the tools run in the session's bubblewrap
  * sandbox (its own pid namespace and hostname), and the written file lands
- * in the session's host workspace under the data dir. Completion is observed
- * on the SSE stream, never by waiting on time. Fails (never skips) when
- * bubblewrap is not usable here.
+ * in the session's host workspace under the data dir. Archiving the session
+ * kills its sandbox before the archive call returns: no host process bound to
+ * its workspace is left. Completion is observed on the SSE stream, never by
+ * waiting on time. Fails (never skips) when bubblewrap is not usable here.
  */
 import { readFile } from "node:fs/promises";
 import { hostname } from "node:os";
 import { join } from "node:path";
+import { hostProcesses } from "@openma/driver-bubblewrap";
 import { type ScriptedModel, startScriptedModel } from "@openma/scripted-model";
 import { BACKENDS } from "@openma/storage/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -60,7 +62,7 @@ describe.each(BACKENDS)("openma serve's local sandbox on %s", (dialect) => {
     await model?.close();
   });
 
-  it("runs bash, write and read inside the session's bubblewrap sandbox over its host workspace", async () => {
+  it("runs bash, write and read inside the session's bubblewrap sandbox over its host workspace, and archive kills the sandbox", async () => {
     const env = (await t.client.beta.environments.create({ name: "cloud" })).id;
     const agent = await t.client.beta.agents.create({
       name: "sandboxed",
@@ -90,6 +92,15 @@ describe.each(BACKENDS)("openma serve's local sandbox on %s", (dialect) => {
     expect(host).toBe("sandbox");
     expect(host).not.toBe(hostname());
     expect(text(results[2])).toContain("written in the sandbox");
-    expect(await readFile(join(t.store.dataDir, "workspaces", sessionId, "notes.txt"), "utf8")).toBe("written in the sandbox\n");
+    const workspace = join(t.store.dataDir, "workspaces", sessionId);
+    expect(await readFile(join(workspace, "notes.txt"), "utf8")).toBe("written in the sandbox\n");
+
+    // The sandbox outlives the turn (until idle): its bwrap processes bind the session's workspace.
+    const sandboxProcesses = async () => (await hostProcesses()).filter((p) => p.argv.includes(workspace)).map((p) => p.argv);
+    expect((await sandboxProcesses()).length).toBeGreaterThan(0);
+    // Archive returns once the sandbox is gone; its files stay on the host.
+    await t.client.beta.sessions.archive(sessionId);
+    expect(await sandboxProcesses()).toEqual([]);
+    expect(await readFile(join(workspace, "notes.txt"), "utf8")).toBe("written in the sandbox\n");
   });
 });

@@ -12,7 +12,15 @@ import type { ManagedSandboxPort, SandboxRequest, ToolSandboxPort } from "@openm
 import { NO_SANDBOX_DRIVER } from "@openma/harness";
 import { ManualScheduler } from "@openma/time";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { type AvailabilityProbes, chooseSandbox, openServeSandboxes, sessionSandboxes } from "./sandbox.ts";
+import {
+  type AvailabilityProbes,
+  chooseSandbox,
+  failClosed,
+  openServeSandboxes,
+  RELEASED_MEMORY,
+  releasedReason,
+  sessionSandboxes,
+} from "./sandbox.ts";
 
 const bwrapOk: AvailabilityProbes["bubblewrap"] = async () => ({ ok: true });
 const bwrapMissing: AvailabilityProbes["bubblewrap"] = async () => ({ ok: false, reason: "bwrap is not installed" });
@@ -70,13 +78,33 @@ const request = (sessionId: string): SandboxRequest => ({
   signal: new AbortController().signal,
 });
 
-/** A driver that records acquires and terminations; `alive` decides heartbeats. */
+/** A promise the test settles by hand, to hold a driver call at a chosen point. */
+function gate() {
+  let open!: () => void;
+  const opened = new Promise<void>((resolve) => {
+    open = resolve;
+  });
+  return { opened, open };
+}
+
+/**
+ * A driver that records acquires and terminations; `alive` decides heartbeats,
+ * and a set `acquireGate` / `terminateGate` holds those calls until opened.
+ */
 function fakeDriver() {
   const acquired: Array<{ sessionId: string; workspace: unknown; outputs: unknown }> = [];
   const terminated: string[] = [];
-  const state = { alive: true, refuse: null as string | null };
+  const state = {
+    alive: true,
+    refuse: null as string | null,
+    acquireGate: null as Promise<void> | null,
+    terminateGate: null as Promise<void> | null,
+    /** Terminations that have begun (recorded in `terminated` only once they return). */
+    terminating: 0,
+  };
   const sandbox = {
     async acquire(input) {
+      if (state.acquireGate) await state.acquireGate;
       if (state.refuse) return { type: "unavailable", reason: state.refuse, retryable: false };
       acquired.push({
         sessionId: input.scope.sessionId,
@@ -89,6 +117,8 @@ function fakeDriver() {
       return state.alive ? { type: "alive" } : { type: "lost", reason: "gone" };
     },
     async terminate(input) {
+      state.terminating++;
+      if (state.terminateGate) await state.terminateGate;
       terminated.push(input.lease.runtimeId);
       return { type: "terminated" };
     },
@@ -175,5 +205,92 @@ describe("per-session sandboxes", () => {
     expect(await sandboxes.resolve(request("sesn_a"))).toMatchObject({ type: "ready" });
     expect(await sandboxes.resolve(request("../etc"))).toMatchObject({ type: "unavailable" });
     await sandboxes.close();
+  });
+});
+
+describe("releasing a closed session's sandbox", () => {
+  let dataDir: string;
+  beforeEach(async () => {
+    dataDir = await mkdtemp(join(tmpdir(), "openma-serve-release-"));
+  });
+  afterEach(async () => {
+    await rm(dataDir, { recursive: true, force: true });
+  });
+
+  const open = (fake: ReturnType<typeof fakeDriver>, scheduler = new ManualScheduler()) =>
+    sessionSandboxes(fake.backend, { dataDir, logger: recordingLogger(), scheduler });
+
+  it("terminates the session's sandbox before returning and refuses to start another one", async () => {
+    const fake = fakeDriver();
+    const sandboxes = open(fake);
+    await sandboxes.resolve(request("sesn_a"));
+    await sandboxes.resolve(request("sesn_b"));
+    await sandboxes.release("sesn_a");
+    expect(fake.terminated).toEqual(["rt1"]);
+    expect(sandboxes.active()).toEqual(["sesn_b"]);
+    expect(await sandboxes.resolve(request("sesn_a"))).toEqual({ type: "unavailable", reason: releasedReason("sesn_a") });
+    expect(fake.acquired.map((a) => a.sessionId)).toEqual(["sesn_a", "sesn_b"]);
+    // Other sessions keep theirs; releasing again, or a session that never had a sandbox, is harmless and refuses too.
+    expect(await sandboxes.resolve(request("sesn_b"))).toMatchObject({ type: "ready", port: { workdir: "/workspace#rt2" } });
+    await sandboxes.release("sesn_a");
+    await sandboxes.release("sesn_never");
+    expect(await sandboxes.resolve(request("sesn_never"))).toEqual({ type: "unavailable", reason: releasedReason("sesn_never") });
+    expect(fake.terminated).toEqual(["rt1"]);
+    await sandboxes.close();
+    expect(fake.terminated).toEqual(["rt1", "rt2"]);
+  });
+
+  it("a sandbox still starting when the session closes is terminated and never handed out", async () => {
+    const fake = fakeDriver();
+    const sandboxes = open(fake);
+    const acquire = gate();
+    fake.state.acquireGate = acquire.opened;
+    const resolving = sandboxes.resolve(request("sesn_a"));
+    const releasing = sandboxes.release("sesn_a");
+    acquire.open();
+    expect(await resolving).toEqual({ type: "unavailable", reason: releasedReason("sesn_a") });
+    await releasing;
+    expect(fake.terminated).toEqual(["rt1"]);
+    expect(sandboxes.active()).toEqual([]);
+    await sandboxes.close();
+  });
+
+  it("waits for a termination the idle timer already started", async () => {
+    const fake = fakeDriver();
+    const scheduler = new ManualScheduler();
+    const sandboxes = open(fake, scheduler);
+    await sandboxes.resolve(request("sesn_a"));
+    const terminate = gate();
+    fake.state.terminateGate = terminate.opened;
+    await scheduler.untilSleeping();
+    scheduler.advance(30 * 60_000);
+    await new Promise((r) => setImmediate(r));
+    expect(fake.state.terminating).toBe(1);
+    let done = false;
+    const releasing = sandboxes.release("sesn_a").then(() => {
+      done = true;
+    });
+    await new Promise((r) => setImmediate(r));
+    expect(done).toBe(false); // the container is not gone yet
+    terminate.open();
+    await releasing;
+    expect(fake.terminated).toEqual(["rt1"]);
+    await sandboxes.close();
+  });
+
+  it("remembers the most recent released sessions, not every one for the life of the server", async () => {
+    const fake = fakeDriver();
+    const sandboxes = open(fake);
+    await sandboxes.release("sesn_first");
+    for (let i = 0; i < RELEASED_MEMORY; i++) await sandboxes.release(`sesn_${i}`);
+    expect(await sandboxes.resolve(request(`sesn_${RELEASED_MEMORY - 1}`))).toMatchObject({ type: "unavailable" });
+    expect(await sandboxes.resolve(request("sesn_first"))).toMatchObject({ type: "ready" });
+    await sandboxes.close();
+  });
+
+  it("is a no-op when sandbox tools fail closed", async () => {
+    const sandboxes = failClosed("no driver");
+    await sandboxes.release("sesn_a");
+    expect(await sandboxes.resolve(request("sesn_a"))).toEqual({ type: "unavailable", reason: "no driver" });
   });
 });

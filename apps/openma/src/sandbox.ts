@@ -14,7 +14,9 @@
  * bound at `/workspace` (outputs: `<dataDir>/outputs/<id>` at
  * `/mnt/session/outputs`), so its files outlive the sandbox: a sandbox idle
  * for `idleMs` is terminated and the next tool call gets a fresh one over the
- * same files. `close()` terminates every sandbox this server started.
+ * same files. `release(id)` terminates a session's sandbox as soon as the
+ * session is archived or deleted, and `close()` every sandbox this server
+ * started.
  */
 
 import { randomBytes } from "node:crypto";
@@ -136,6 +138,12 @@ export interface ServeSandboxes extends SandboxResolver {
   readonly driver: "bubblewrap" | "docker" | null;
   /** Session ids with a live (or starting) sandbox. */
   active(): string[];
+  /**
+   * The session was archived or deleted: terminates its sandbox (resolves once
+   * it is gone) and refuses to start another one for it. Its files stay in the
+   * host workspace.
+   */
+  release(sessionId: string): Promise<void>;
   /** Terminates every sandbox this resolver started. */
   close(): Promise<void>;
 }
@@ -167,11 +175,23 @@ export function failClosed(reason: string): ServeSandboxes {
     driver: null,
     resolve: async () => ({ type: "unavailable", reason }),
     active: () => [],
+    release: async () => {},
     close: async () => {},
   };
 }
 
 const SAFE_ID = /^[A-Za-z0-9_-]{1,128}$/;
+
+/**
+ * How many released sessions the resolver remembers. The harness stops at an
+ * archived or deleted session before its next step, so the refusal only has
+ * to cover a tool call already in flight when the session closed; a bounded
+ * memory does that without growing for the life of the server.
+ */
+export const RELEASED_MEMORY = 10_000;
+
+export const releasedReason = (sessionId: string) =>
+  `session ${sessionId} was archived or deleted: its sandbox was terminated and no new one is started for it`;
 
 interface Held {
   scope: RuntimeResourceScope;
@@ -195,12 +215,30 @@ export function sessionSandboxes(
   // Unique per server start, so a restarted server never adopts (or collides with) a previous process's sandbox.
   const boot = randomBytes(6).toString("hex");
   const entries = new Map<string, Entry>();
+  /** Terminations in flight per session, so `release` and `close` can wait for ones an idle timer started. */
+  const stopping = new Map<string, Promise<void>>();
+  const released = new Set<string>();
   let acquisitions = 0;
   let closed = false;
 
-  const terminate = async (sessionId: string, entry: Entry, reason: SandboxStopReason) => {
-    if (entries.get(sessionId) === entry) entries.delete(sessionId);
-    entry.cancelIdle();
+  /** Why no sandbox may be handed out for this session now, or null. */
+  const refusal = (sessionId: string): string | null => {
+    if (closed) return "the server is shutting down";
+    if (released.has(sessionId)) return releasedReason(sessionId);
+    return null;
+  };
+
+  const remember = (sessionId: string) => {
+    released.delete(sessionId);
+    released.add(sessionId);
+    // A Set iterates in insertion order: the first one is the oldest.
+    for (const oldest of released) {
+      if (released.size <= RELEASED_MEMORY) break;
+      released.delete(oldest);
+    }
+  };
+
+  const stop = async (sessionId: string, entry: Entry, reason: SandboxStopReason) => {
     const held = await entry.acquiring;
     if ("reason" in held) return;
     const signal = AbortSignal.timeout(30_000);
@@ -208,6 +246,20 @@ export function sessionSandboxes(
       .terminate({ scope: held.scope, fence: held.fence, lease: held.lease, reason, signal })
       .catch((err: unknown) => ({ type: "failed" as const, error: String(err) }));
     if (result.type === "failed") options.logger.warn({ sessionId, error: result.error }, "terminating a session sandbox failed");
+  };
+
+  const terminate = (sessionId: string, entry: Entry, reason: SandboxStopReason): Promise<void> => {
+    // Forgotten synchronously: from here on a resolve for this session starts afresh (or is refused).
+    if (entries.get(sessionId) === entry) entries.delete(sessionId);
+    entry.cancelIdle();
+    const done = stop(sessionId, entry, reason);
+    const previous = stopping.get(sessionId);
+    const all = previous ? Promise.all([previous, done]).then(() => {}) : done;
+    stopping.set(sessionId, all);
+    void all.finally(() => {
+      if (stopping.get(sessionId) === all) stopping.delete(sessionId);
+    });
+    return done;
   };
 
   const touch = (sessionId: string, entry: Entry) => {
@@ -266,27 +318,42 @@ export function sessionSandboxes(
     driver: backend.name,
     active: () => [...entries.keys()],
     async resolve(request): Promise<SandboxResolution> {
-      if (closed) return { type: "unavailable", reason: "the server is shutting down" };
-      if (!SAFE_ID.test(request.sessionId)) return { type: "unavailable", reason: "the session id cannot name a workspace directory" };
-      const cached = entries.get(request.sessionId);
-      if (cached !== undefined && (await current(request, cached)) === null) await terminate(request.sessionId, cached, "failed");
-      let entry = entries.get(request.sessionId);
+      const { sessionId } = request;
+      const early = refusal(sessionId);
+      if (early !== null) return { type: "unavailable", reason: early };
+      if (!SAFE_ID.test(sessionId)) return { type: "unavailable", reason: "the session id cannot name a workspace directory" };
+      const cached = entries.get(sessionId);
+      if (cached !== undefined && (await current(request, cached)) === null) await terminate(sessionId, cached, "failed");
+      let entry = entries.get(sessionId);
       if (entry === undefined) {
+        // Checked again with no await before the entry is made: a release or close during the heartbeat above wins.
+        const refused = refusal(sessionId);
+        if (refused !== null) return { type: "unavailable", reason: refused };
         entry = { acquiring: acquire(request).catch((err: unknown) => ({ reason: String(err) })), cancelIdle: () => {} };
-        entries.set(request.sessionId, entry);
+        entries.set(sessionId, entry);
       }
       const held = await entry.acquiring;
       if ("reason" in held) {
         // Not cached: the next tool call tries again.
-        if (entries.get(request.sessionId) === entry) entries.delete(request.sessionId);
+        if (entries.get(sessionId) === entry) entries.delete(sessionId);
         return { type: "unavailable", reason: held.reason };
       }
-      touch(request.sessionId, entry);
+      // Released or shut down while it was starting: that sandbox is being terminated, so it is not handed out.
+      const late = refusal(sessionId);
+      if (late !== null) return { type: "unavailable", reason: late };
+      touch(sessionId, entry);
       return { type: "ready", port: held.port };
+    },
+    async release(sessionId) {
+      remember(sessionId);
+      const entry = entries.get(sessionId);
+      if (entry !== undefined) void terminate(sessionId, entry, "cancelled");
+      await stopping.get(sessionId);
     },
     async close() {
       closed = true;
-      await Promise.all([...entries].map(([sessionId, entry]) => terminate(sessionId, entry, "cancelled")));
+      for (const [sessionId, entry] of [...entries]) void terminate(sessionId, entry, "cancelled");
+      await Promise.all([...stopping.values()]);
     },
   };
 }

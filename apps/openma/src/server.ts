@@ -51,6 +51,8 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
       onBackgroundError: (err) => logger.warn({ err: err.message }, "storage background error"),
     }));
   const adminKey = await ensureAdminKey(storage, config.dataDir, config.apiKey);
+  // Set once the brain runs (after the listener); before that no session can hold a sandbox.
+  let brain: Brain | null = null;
   const deps: ApiDeps = {
     storage,
     clock: systemClock,
@@ -61,6 +63,8 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
     workTtlSeconds: config.workTtlSeconds,
     sse: { keepAliveMs: config.sseKeepAliveMs },
     selfHostedBrain: config.brain.selfHosted,
+    // An archived or deleted session's sandbox goes now, not when its idle timer fires.
+    onSessionClosed: (sessionId) => brain?.sandboxes.release(sessionId),
     ...opts.deps,
   };
   const app = createApp(deps, { version: VERSION });
@@ -89,7 +93,7 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
   const { port } = server.address() as AddressInfo;
   const url = `http://${config.host}:${port}`;
   if (!deps.publicBaseUrl) deps.publicBaseUrl = url;
-  const brain = await startBrain(config, deps, opts.sandboxProbes);
+  brain = await startBrain(config, deps, opts.sandboxProbes);
 
   let closing: Promise<void> | null = null;
   return {
@@ -120,11 +124,12 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
  * a session then fails with the harness's clear `session.error`. Sandbox
  * tools run in per-session local sandboxes (see sandbox.ts), or fail closed.
  */
-async function startBrain(
-  config: ServerConfig,
-  deps: ApiDeps,
-  probes: AvailabilityProbes | undefined,
-): Promise<{ worker: ExecutionWorker; sandboxes: ServeSandboxes } | null> {
+interface Brain {
+  worker: ExecutionWorker;
+  sandboxes: ServeSandboxes;
+}
+
+async function startBrain(config: ServerConfig, deps: ApiDeps, probes: AvailabilityProbes | undefined): Promise<Brain | null> {
   if (!config.brain.enabled) return null;
   const sandboxes = await openServeSandboxes({ choice: config.brain.sandbox, dataDir: config.dataDir, logger: deps.logger, probes });
   const runner = harnessRunner({

@@ -26,7 +26,17 @@ export interface ApiDeps {
   sse: { keepAliveMs: number };
   /** Who runs the brain of self-hosted sessions (see @openma/execution/placement); default `work_item`. */
   selfHostedBrain?: SelfHostedBrain;
+  /**
+   * Called after an archive or delete of a session committed, before the
+   * response, so this process lets go at once of what it holds for the session
+   * (`openma serve`: its sandbox). In-process only: another server sharing the
+   * database is not told, and its idle timer stays the backstop. A failure is
+   * logged and never fails the request, which has already committed.
+   */
+  onSessionClosed?: SessionClosedHook;
 }
+
+export type SessionClosedHook = (sessionId: string, why: "archived" | "deleted") => void | Promise<void>;
 
 export type AppEnv = {
   Variables: {

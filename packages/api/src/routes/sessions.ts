@@ -383,7 +383,19 @@ async function archiveSession(c: Context<AppEnv>, id: string): Promise<Session> 
   });
   if (result.appended) await notifySession(deps, id);
   await notifyWorkers(c, result.session.environment_id);
+  await sessionClosed(c, id, "archived");
   return result.session;
+}
+
+/** Runs the `onSessionClosed` hook; like the notifications, a failure must not fail a committed request. */
+async function sessionClosed(c: Context<AppEnv>, sessionId: string, why: "archived" | "deleted"): Promise<void> {
+  const deps = c.get("deps");
+  if (!deps.onSessionClosed) return;
+  try {
+    await deps.onSessionClosed(sessionId, why);
+  } catch (err) {
+    deps.logger.warn({ err: err instanceof Error ? err.message : String(err), session_id: sessionId }, "session close hook failed");
+  }
 }
 
 /** Deletes the session and its log; live streams notice the session is gone and send `session.deleted`. */
@@ -401,6 +413,7 @@ async function deleteSession(c: Context<AppEnv>, id: string): Promise<void> {
   });
   await notifySession(deps, id);
   await notifyWorkers(c, environmentId);
+  await sessionClosed(c, id, "deleted");
 }
 
 export function sessionRoutes(): Hono<AppEnv> {
