@@ -11,14 +11,17 @@
  *   terminate       hard kill of the sandbox and removal of its records
  * and prints medians (min–max) in ms and the cold/raw ratio. Needs root and
  * bwrap (`npm run provision`).
+ *
+ * The raw primitive is exported (`openRawBwrap`) so other benchmarks measure
+ * the same baseline (bench/session-first-exec.ts).
  */
 import { spawn } from "node:child_process";
 import { chmod, mkdir, mkdtemp, rm } from "node:fs/promises";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 import { BubblewrapSandbox } from "@openma/driver-bubblewrap";
 
-const RUNS = Math.max(3, Math.min(1000, Number(process.argv[2] ?? 20)));
 const never = new AbortController().signal;
 
 function run(file: string, args: string[]): Promise<number> {
@@ -37,55 +40,76 @@ function stats(samples: number[]): { median: number; min: number; max: number } 
 
 const fmt = (s: { median: number; min: number; max: number }) => `${s.median.toFixed(1)} ms (${s.min.toFixed(1)}–${s.max.toFixed(1)})`;
 
-async function main(): Promise<void> {
+/** The raw primitive: one `bwrap … true` over a temp root, timed from spawn to exit. */
+export interface RawBwrap {
+  /** The directory the primitive binds from (its `/workspace` is `<root>/ws`). */
+  readonly root: string;
+  /** Runs `bwrap … true` once; resolves with its wall time in ms, rejects when bwrap fails. */
+  run(): Promise<number>;
+  /** Removes the temp root. */
+  close(): Promise<void>;
+}
+
+export async function openRawBwrap(): Promise<RawBwrap> {
   const root = await mkdtemp(join(tmpdir(), "openma-bwrap-bench-"));
-  await chmod(root, 0o755);
-  const ws = join(root, "ws");
-  await mkdir(ws);
-  await mkdir(join(root, "tmp"));
-  const raw = [
-    "--ro-bind",
-    "/usr",
-    "/usr",
-    "--symlink",
-    "usr/bin",
-    "/bin",
-    "--symlink",
-    "usr/lib",
-    "/lib",
-    "--symlink",
-    "usr/lib64",
-    "/lib64",
-    "--proc",
-    "/proc",
-    "--dev",
-    "/dev",
-    "--bind",
-    join(root, "tmp"),
-    "/tmp",
-    "--bind",
-    ws,
-    "/workspace",
-    "--chdir",
-    "/workspace",
-    "--unshare-net",
-    "--unshare-pid",
-    "--unshare-ipc",
-    "--unshare-uts",
-    "--die-with-parent",
-    "--new-session",
-    "true",
-  ]; // prettier-ignore
-  const driver = new BubblewrapSandbox({ stateRoot: join(root, "state") });
   try {
-    await run("bwrap", raw); // warm-up: page cache, dynamic linker
+    await chmod(root, 0o755);
+    const ws = join(root, "ws");
+    await mkdir(ws);
+    await mkdir(join(root, "tmp"));
+    const args = [
+      "--ro-bind",
+      "/usr",
+      "/usr",
+      "--symlink",
+      "usr/bin",
+      "/bin",
+      "--symlink",
+      "usr/lib",
+      "/lib",
+      "--symlink",
+      "usr/lib64",
+      "/lib64",
+      "--proc",
+      "/proc",
+      "--dev",
+      "/dev",
+      "--bind",
+      join(root, "tmp"),
+      "/tmp",
+      "--bind",
+      ws,
+      "/workspace",
+      "--chdir",
+      "/workspace",
+      "--unshare-net",
+      "--unshare-pid",
+      "--unshare-ipc",
+      "--unshare-uts",
+      "--die-with-parent",
+      "--new-session",
+      "true",
+    ]; // prettier-ignore
+    return { root, run: () => run("bwrap", args), close: () => rm(root, { recursive: true, force: true }) };
+  } catch (err) {
+    await rm(root, { recursive: true, force: true });
+    throw err;
+  }
+}
+
+async function main(runs: number): Promise<void> {
+  const raw = await openRawBwrap();
+  const ws = join(raw.root, "ws");
+  const driver = new BubblewrapSandbox({ stateRoot: join(raw.root, "state") });
+  try {
+    await raw.run(); // warm-up: page cache, dynamic linker
     const primitive: number[] = [];
-    for (let i = 0; i < RUNS; i++) primitive.push(await run("bwrap", raw));
+    for (let i = 0; i < runs; i++) primitive.push(await raw.run());
 
     const cold: number[] = [];
     const warm: number[] = [];
     const kill: number[] = [];
-    for (let i = 0; i < RUNS; i++) {
+    for (let i = 0; i < runs; i++) {
       const scope = { environmentId: "env_bench", sessionId: `sess_${i}` };
       const fence = { scope, ownerId: "bench", generation: 1, expiresAt: Date.now() + 60_000 };
       const started = performance.now();
@@ -122,7 +146,7 @@ async function main(): Promise<void> {
     const p = stats(primitive);
     const c = stats(cold);
     console.log(
-      `# bubblewrap driver vs raw bwrap  (${new Date().toISOString()}, node ${process.version}, ${cpus().length} cpus, runs=${RUNS})`,
+      `# bubblewrap driver vs raw bwrap  (${new Date().toISOString()}, node ${process.version}, ${cpus().length} cpus, runs=${runs})`,
     );
     console.log(`raw bwrap … true            ${fmt(p)}`);
     console.log(`acquire + first exec true   ${fmt(c)}   ratio ${(c.median / p.median).toFixed(1)}x raw`);
@@ -133,8 +157,11 @@ async function main(): Promise<void> {
     );
   } finally {
     await driver.shutdown();
-    await rm(root, { recursive: true, force: true });
+    await raw.close();
   }
 }
 
-await main();
+// Run only as a script: bench/session-first-exec.ts imports the primitive.
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  await main(Math.max(3, Math.min(1000, Number(process.argv[2] ?? 20))));
+}

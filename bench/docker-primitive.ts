@@ -10,12 +10,15 @@
  * driver's own overhead is visible. Prints the median and min/max in ms.
  *
  * Needs a running dockerd and the images: `npm run provision`.
+ *
+ * The Engine API round trip is exported (`engineRoundTrip`) so other
+ * benchmarks measure the same baseline (bench/session-first-exec.ts).
  */
 import { randomBytes } from "node:crypto";
+import { pathToFileURL } from "node:url";
 import { WORKSPACE_MOUNT_PATH } from "@openma/contract";
 import { connectDocker, NodeDockerSandbox, probeEngine, readImageManifest } from "@openma/driver-node-docker";
 
-const RUNS = Math.max(1, Math.min(1000, Number(process.argv[2] ?? 10) || 10));
 const never = new AbortController().signal;
 
 function stats(samples: number[]): string {
@@ -31,7 +34,9 @@ async function timed<T>(samples: number[], fn: () => Promise<T>): Promise<T> {
   return value;
 }
 
-async function execTrue(container: ReturnType<ReturnType<typeof connectDocker>["getContainer"]>): Promise<void> {
+type Docker = ReturnType<typeof connectDocker>;
+
+async function execTrue(container: ReturnType<Docker["getContainer"]>): Promise<void> {
   const exec = await container.exec({ Cmd: ["true"], AttachStdout: true, AttachStderr: true });
   const stream = await exec.start({});
   await new Promise<void>((resolve, reject) => {
@@ -43,7 +48,47 @@ async function execTrue(container: ReturnType<ReturnType<typeof connectDocker>["
   if (info.ExitCode !== 0) throw new Error(`exec true exited ${info.ExitCode}`);
 }
 
-async function main(): Promise<void> {
+/** Milliseconds of each Engine API step of one container's life, and of all four from the caller's side. */
+export interface EngineRoundTrip {
+  create: number;
+  start: number;
+  exec: number;
+  remove: number;
+  total: number;
+}
+
+/**
+ * One container through the Engine API: create (`--network none`, init), start, exec `true` (create + start +
+ * wait for exit, exit code checked), remove --force. The container is removed even when a step fails.
+ */
+export async function engineRoundTrip(docker: Docker, image: string, labels: Record<string, string>): Promise<EngineRoundTrip> {
+  const create: number[] = [];
+  const start: number[] = [];
+  const exec: number[] = [];
+  const remove: number[] = [];
+  const begin = performance.now();
+  const container = await timed(create, () =>
+    docker.createContainer({
+      name: `openma-bench-${randomBytes(6).toString("hex")}`,
+      Image: image,
+      Cmd: ["/bin/sh", "-c", "while :; do sleep 86400; done"],
+      Labels: labels,
+      NetworkDisabled: true,
+      HostConfig: { NetworkMode: "none", Init: true },
+    }),
+  );
+  try {
+    await timed(start, () => container.start());
+    await timed(exec, () => execTrue(container));
+  } catch (err) {
+    await container.remove({ force: true }).catch(() => {});
+    throw err;
+  }
+  await timed(remove, () => container.remove({ force: true }));
+  return { create: create[0]!, start: start[0]!, exec: exec[0]!, remove: remove[0]!, total: performance.now() - begin };
+}
+
+async function main(runs: number): Promise<void> {
   const docker = connectDocker();
   const engine = await probeEngine(docker);
   if (!engine.ok) throw new Error(engine.message);
@@ -51,30 +96,14 @@ async function main(): Promise<void> {
   if (!manifest.ok) throw new Error(manifest.message);
   const image = manifest.manifest.busybox.image;
   process.stdout.write(
-    `Docker ${engine.info.serverVersion} (API ${engine.info.apiVersion}, storage ${engine.info.storageDriver}, cgroup v${engine.info.cgroupVersion}), image ${image}, ${RUNS} runs\n\n`,
+    `Docker ${engine.info.serverVersion} (API ${engine.info.apiVersion}, storage ${engine.info.storageDriver}, cgroup v${engine.info.cgroupVersion}), image ${image}, ${runs} runs\n\n`,
   );
 
   const phases = { create: [] as number[], start: [] as number[], exec: [] as number[], remove: [] as number[], total: [] as number[] };
-  for (let i = 0; i < RUNS + 1; i++) {
-    const local = { create: [] as number[], start: [] as number[], exec: [] as number[], remove: [] as number[] };
-    const begin = performance.now();
-    const container = await timed(local.create, () =>
-      docker.createContainer({
-        name: `openma-bench-${randomBytes(6).toString("hex")}`,
-        Image: image,
-        Cmd: ["/bin/sh", "-c", "while :; do sleep 86400; done"],
-        Labels: { "openma.bench": "docker-primitive" },
-        NetworkDisabled: true,
-        HostConfig: { NetworkMode: "none", Init: true },
-      }),
-    );
-    await timed(local.start, () => container.start());
-    await timed(local.exec, () => execTrue(container));
-    await timed(local.remove, () => container.remove({ force: true }));
-    const total = performance.now() - begin;
+  for (let i = 0; i < runs + 1; i++) {
+    const round = await engineRoundTrip(docker, image, { "openma.bench": "docker-primitive" });
     if (i === 0) continue; // warm-up: the first run pays image and cache loading
-    for (const key of Object.keys(local) as Array<keyof typeof local>) phases[key].push(...local[key]);
-    phases.total.push(total);
+    for (const key of Object.keys(round) as Array<keyof EngineRoundTrip>) phases[key].push(round[key]);
   }
   process.stdout.write("Engine API primitive (dockerode)\n");
   for (const [name, samples] of Object.entries(phases)) process.stdout.write(`  ${name.padEnd(22)} ${stats(samples)}\n`);
@@ -82,7 +111,7 @@ async function main(): Promise<void> {
   const driver = new NodeDockerSandbox({ image, docker, labels: { "openma.bench": "docker-primitive" } });
   const drv = { acquire: [] as number[], "first exec": [] as number[], terminate: [] as number[], total: [] as number[] };
   try {
-    for (let i = 0; i < RUNS + 1; i++) {
+    for (let i = 0; i < runs + 1; i++) {
       const id = randomBytes(6).toString("hex");
       const scope = { environmentId: `env_${id}`, sessionId: `sesn_${id}` };
       const fence = { scope, ownerId: `bench_${id}`, generation: 1, expiresAt: Date.now() + 60_000 };
@@ -128,7 +157,10 @@ async function main(): Promise<void> {
   process.stdout.write(`\ndriver / primitive (median totals): ${ratio.toFixed(2)}x\n`);
 }
 
-main().catch((err: Error) => {
-  process.stderr.write(`docker-primitive: ${err.message}\n`);
-  process.exit(1);
-});
+// Run only as a script: bench/session-first-exec.ts imports the round trip.
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  main(Math.max(1, Math.min(1000, Number(process.argv[2] ?? 10) || 10))).catch((err: Error) => {
+    process.stderr.write(`docker-primitive: ${err.message}\n`);
+    process.exit(1);
+  });
+}
