@@ -60,6 +60,12 @@ export interface SessionOutputPort {
     fence: FenceIdentity;
     strategy: OutputStrategy;
     idempotencyKey: string;
+    /**
+     * The manifest active when this placement starts (null: none yet). A port whose bindings start
+     * empty seeds the binding with it, so deliverables of earlier placements stay deliverables
+     * instead of vanishing from the next manifest. Absent is the same as null.
+     */
+    previous?: OutputManifestRef | null;
     signal: AbortSignal;
   }): Promise<SessionOutputBinding>;
   attach(input: {

@@ -1,8 +1,8 @@
-import { mkdtemp, rm, stat, symlink, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, stat, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { FenceIdentity, OutputStrategy, SessionOutputBinding } from "@openma/contract";
-import { OUTPUTS_FORMAT } from "@openma/persistence";
+import { OUTPUTS_FORMAT, outputManifestKey } from "@openma/persistence";
 import { FsBlobStore } from "@openma/storage/blobs";
 import { ManualScheduler } from "@openma/time";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
@@ -132,5 +132,42 @@ describe("FsSessionOutputs", () => {
     const again = await prepare(outputs);
     await expect(stat(join(outputs.hostPath(again), "stale"))).rejects.toThrow();
     await expect(outputs.prepare({ scope, fence, strategy: "durable_mount", idempotencyKey: "k", signal })).rejects.toThrow(/not offered/);
+  });
+
+  describe("a binding seeded with the previous manifest", () => {
+    async function published(outputs: FsSessionOutputs) {
+      const first = await prepare(outputs, "final_collect", "first");
+      await mkdir(join(outputs.hostPath(first), "deep"), { recursive: true });
+      await writeFile(join(outputs.hostPath(first), "deep", "report.md"), "# q3");
+      const collected = await outputs.collect({ ...base(first), sandbox });
+      return outputs.finalize({ ...base(first), entries: collected.entries, idempotencyKey: "f1" });
+    }
+
+    it("starts with the earlier deliverables, so the next manifest still lists them", async () => {
+      const outputs = port();
+      const previous = await published(outputs);
+      const next = await outputs.prepare({ scope, fence, strategy: "final_collect", idempotencyKey: "second", previous, signal });
+      expect(await readFile(join(outputs.hostPath(next), "deep", "report.md"), "utf8")).toBe("# q3");
+      await writeFile(join(outputs.hostPath(next), "more.txt"), "more");
+      const collected = await outputs.collect({ ...base(next), sandbox });
+      expect(collected.entries.map((e) => e.logicalPath)).toEqual(["deep/report.md", "more.txt"]);
+    });
+
+    it("fails the placement rather than silently dropping a deliverable it cannot restore", async () => {
+      const outputs = port();
+      const previous = await published(outputs);
+      const manifest = JSON.parse(String(await store.get(outputManifestKey(previous.id))));
+      const blobKey = manifest.entries[0].blobKey as string;
+      const again = (key: string) => outputs.prepare({ scope, fence, strategy: "final_collect", idempotencyKey: key, previous, signal });
+
+      await store.put(blobKey, Buffer.from("tampered"));
+      await expect(again("tampered")).rejects.toThrow(/deep\/report.md cannot be restored/);
+      await store.delete(blobKey);
+      await expect(again("missing-blob")).rejects.toThrow(/deep\/report.md cannot be restored/);
+      await store.put(outputManifestKey(previous.id), Buffer.from("{}"));
+      await expect(again("invalid")).rejects.toThrow(/is invalid/);
+      await store.delete(outputManifestKey(previous.id));
+      await expect(again("gone")).rejects.toThrow(/is missing from the blob store/);
+    });
   });
 });

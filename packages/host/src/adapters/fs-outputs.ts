@@ -12,8 +12,8 @@
  * `/mnt/session/outputs`; the manifest becomes visible only through the
  * host's fenced publication.
  */
-import { mkdir, rm } from "node:fs/promises";
-import { join } from "node:path";
+import { mkdir, rm, writeFile } from "node:fs/promises";
+import { dirname, join } from "node:path";
 import {
   canonicalJson,
   OUTPUTS_MOUNT_PATH,
@@ -28,11 +28,13 @@ import {
 import {
   type CollectResult,
   collectOutputs,
+  DEFAULT_OUTPUT_LIMITS,
   type IssueCode,
   OUTPUTS_FORMAT,
   type OutputLimits,
   OutputWatcher,
   outputManifestKey,
+  parseOutputManifest,
 } from "@openma/persistence";
 import { type BlobStore, sha256Hex } from "@openma/storage/blobs";
 import type { Scheduler } from "@openma/time";
@@ -108,6 +110,7 @@ export class FsSessionOutputs implements SessionOutputPort {
     this.#stop(bindingId);
     await rm(join(this.#options.root, bindingId), { recursive: true, force: true });
     await mkdir(dir, { recursive: true });
+    if (input.previous) await this.#seed(dir, input.previous);
     const opts = { limits: this.#options.limits };
     const watcher = strategy === "watch_and_upload" ? new OutputWatcher(this.#options.store, dir, opts) : null;
     this.#bindings.set(bindingId, { dir, watcher, stopWatching: new AbortController(), collected: null });
@@ -170,6 +173,29 @@ export class FsSessionOutputs implements SessionOutputPort {
     if (!(await this.#options.store.exists(key))) return { type: "not_found" };
     await this.#options.store.delete(key);
     return { type: "discarded" };
+  }
+
+  /**
+   * Writes the deliverables of the previous manifest into a fresh binding, each verified against its
+   * hash. A published deliverable that cannot be restored fails the placement: carrying on would
+   * publish a manifest that silently drops it.
+   */
+  async #seed(dir: string, previous: OutputManifestRef): Promise<void> {
+    const store = this.#options.store;
+    const bytes = await store.get(outputManifestKey(previous.id));
+    if (bytes === null) throw new Error(`the published output manifest ${previous.id} is missing from the blob store`);
+    const parsed = parseOutputManifest(bytes, { ...DEFAULT_OUTPUT_LIMITS, ...this.#options.limits });
+    if (!parsed.ok) throw new Error(`the published output manifest ${previous.id} is invalid: ${parsed.message}`);
+    for (const entry of parsed.manifest.entries) {
+      const content = await store.get(entry.blobKey);
+      if (content === null || sha256Hex(content) !== entry.sha256) {
+        throw new Error(`published deliverable ${entry.path} cannot be restored: its blob is missing or does not match its hash`);
+      }
+      // The manifest parser has refused absolute paths and `..`, so the join stays inside the binding.
+      const target = join(dir, entry.path);
+      await mkdir(dirname(target), { recursive: true });
+      await writeFile(target, content, { flag: "wx" });
+    }
   }
 
   #state(binding: SessionOutputBinding): BindingState {

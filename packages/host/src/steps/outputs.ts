@@ -26,6 +26,7 @@ export async function prepareOutputs(ctx: RunContext, attempt: number): Promise<
       fence: ctx.identity,
       strategy: planned.strategy,
       idempotencyKey: ctx.key("outputs-prepare", attempt),
+      previous: ctx.active?.outputs ?? null,
       signal: ctx.signal,
     });
     ctx.cleanup.push((end) => finishOutputs(ctx, binding, end));
