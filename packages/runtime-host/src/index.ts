@@ -1,0 +1,12 @@
+/** @openma/runtime-host: `openma runtime-host`, the ama_worker lane on local sandboxes (see runtime-host.ts). */
+export { AmaWorkerRunner, type AmaWorkerRunnerOptions, type WorkTicket } from "./ama-worker-runner.ts";
+export { type ApiBridge, openApiBridge } from "./api-bridge.ts";
+export {
+  AMA_WORKER_PROFILE,
+  type RunningRuntimeHost,
+  type RuntimeHostDriver,
+  type RuntimeHostOptions,
+  SANDBOX_PATHS,
+  startRuntimeHost,
+} from "./runtime-host.ts";
+export { type RuntimeHostLogger, TicketBoard, WorkLoop, type WorkLoopOptions } from "./work-loop.ts";

@@ -1,0 +1,255 @@
+/**
+ * `openma runtime-host`: the composition that serves a self-hosted
+ * environment from this machine (the `ama_worker` lane). It claims
+ * Environment Work, and for each claimed session runs the Managed Runtime
+ * Host transaction with a local sandbox driver (bubblewrap or Docker),
+ * checkpoint_restore workspaces and final_collect outputs in the blob
+ * store, the SQL fence and orphan store of the control plane's database,
+ * and the official EnvironmentWorker inside the sandbox.
+ *
+ * Layout under `stateDir`: `workspaces/`, `outputs/` (host directories bound
+ * at /workspace and /mnt/session/outputs), `run/api.sock` (the control-plane
+ * bridge). Inside every sandbox: `/openma/node_modules` (the SDK, read-only),
+ * `/openma/launcher` (ama-worker.mjs), `/openma/run` (the socket).
+ *
+ * One runtime host per `stateDir`: at start it removes the sandboxes a
+ * previous (crashed) process of the same host left behind; compute whose
+ * kill failed while running is recorded as an orphan and reaped by the
+ * reaper loop.
+ */
+import { randomBytes } from "node:crypto";
+import { chmod, mkdir, stat } from "node:fs/promises";
+import { createRequire } from "node:module";
+import { hostname } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import type { ManagedRuntimeProfile, ManagedSandboxPort, SandboxProcessPort } from "@openma/contract";
+import {
+  FsCheckpointWorkspace,
+  FsSessionOutputs,
+  type HostTimings,
+  ManagedRuntimeHost,
+  RuntimeReaper,
+  type RuntimeRunResult,
+  sqlRuntimePorts,
+} from "@openma/host";
+import { type Storage, sha256Hex, systemClock } from "@openma/storage";
+import { realScheduler, type Scheduler } from "@openma/time";
+import { AmaWorkerRunner, type WorkTicket } from "./ama-worker-runner.ts";
+import { type ApiBridge, openApiBridge } from "./api-bridge.ts";
+import { type RuntimeHostLogger, TicketBoard, WorkLoop } from "./work-loop.ts";
+
+export type RuntimeHostDriver = "bubblewrap" | "docker";
+
+/** Paths inside the sandbox. Top-level so bwrap can create the mount points over a read-only rootfs. */
+export const SANDBOX_PATHS = {
+  nodeModules: "/openma/node_modules",
+  launcherDir: "/openma/launcher",
+  launcher: "/openma/launcher/ama-worker.mjs",
+  runDir: "/openma/run",
+  apiSocket: "/openma/run/api.sock",
+} as const;
+
+/** The profile the ama_worker lane asks for: a durable workspace and durable deliverables, no process memory. */
+export const AMA_WORKER_PROFILE: ManagedRuntimeProfile = {
+  workspace: { requirement: "durable", preferredStrategies: ["checkpoint_restore"] },
+  outputs: { requirement: "durable", preferredStrategies: ["final_collect"] },
+  runtimeCheckpoint: "disabled",
+  driver: { type: "ama_worker", process: { command: "node", args: [SANDBOX_PATHS.launcher], cwd: "/workspace" } },
+};
+
+export interface RuntimeHostOptions {
+  driver: RuntimeHostDriver;
+  /** The control plane's HTTP listener (plain http on this machine: the sandbox bridge forwards to it). */
+  apiUrl: string;
+  environmentId: string;
+  environmentKey: string;
+  /** The control plane's storage: the fence and orphan tables and the blob store. */
+  storage: Storage;
+  stateDir: string;
+  logger: RuntimeHostLogger;
+  concurrency?: number;
+  timings?: Partial<HostTimings>;
+  /** Forwarded to the worker (SDK default: 60 s after the last `end_turn`). */
+  workerMaxIdleMs?: number;
+  /** Where the sandbox images are recorded (default: /var/lib/openma/images.json). */
+  imageManifest?: string;
+  scheduler?: Scheduler;
+  reapIntervalMs?: number;
+  onResult?: (ticket: WorkTicket, result: RuntimeRunResult) => void;
+}
+
+export interface RunningRuntimeHost {
+  readonly driver: RuntimeHostDriver;
+  /** This host's identity (labels its containers). */
+  readonly hostId: string;
+  readonly host: ManagedRuntimeHost;
+  readonly sandbox: ManagedSandboxPort;
+  close(): Promise<void>;
+}
+
+interface DriverParts {
+  sandbox: ManagedSandboxPort;
+  processes: SandboxProcessPort;
+  /** Removes what a previous process of this host left; returns how many. */
+  sweepLeftovers(): Promise<number>;
+  /** The bwrap driver's unprivileged uid must be able to traverse to the bound directories. */
+  needsTraversal: boolean;
+  close(): Promise<void>;
+}
+
+const HOST_LABEL = "openma.runtime-host";
+
+export async function startRuntimeHost(options: RuntimeHostOptions): Promise<RunningRuntimeHost> {
+  const scheduler = options.scheduler ?? realScheduler;
+  const stateDir = resolve(options.stateDir);
+  const hostId = sha256Hex(`${hostname()}\0${stateDir}`).slice(0, 16);
+  const runDir = join(stateDir, "run");
+  await mkdir(stateDir, { recursive: true, mode: 0o711 });
+  const bridge: ApiBridge = await openApiBridge({ socketPath: join(runDir, "api.sock"), apiUrl: options.apiUrl });
+  const binds = [
+    { source: sdkNodeModules(), target: SANDBOX_PATHS.nodeModules },
+    { source: launcherDir(), target: SANDBOX_PATHS.launcherDir },
+    { source: runDir, target: SANDBOX_PATHS.runDir },
+  ];
+  let parts: DriverParts;
+  try {
+    parts = await openDriver(options, hostId, binds);
+  } catch (err) {
+    await bridge.close();
+    throw err;
+  }
+  if (parts.needsTraversal) await allowTraversal(stateDir);
+  const swept = await parts.sweepLeftovers().catch(() => 0);
+  if (swept > 0) options.logger.info({ swept }, "removed sandboxes a previous runtime host left behind");
+
+  const { fences, orphans } = sqlRuntimePorts(options.storage.db, systemClock);
+  const tickets = new TicketBoard();
+  const runner = new AmaWorkerRunner({
+    processes: parts.processes,
+    ticketFor: (scope) => tickets.get(scope),
+    apiUrl: options.apiUrl,
+    apiSocketPath: SANDBOX_PATHS.apiSocket,
+    maxIdleMs: options.workerMaxIdleMs,
+    scheduler,
+    onLog: (line, scope) => options.logger.info({ session_id: scope.sessionId, worker: line.slice(0, 2000) }, "worker"),
+  });
+  for (const dir of ["workspaces", "outputs"]) await mkdir(join(stateDir, dir), { recursive: true, mode: 0o711 });
+  const host = new ManagedRuntimeHost({
+    fences,
+    orphans,
+    sandbox: parts.sandbox,
+    workspace: new FsCheckpointWorkspace({ root: join(stateDir, "workspaces"), store: options.storage.blobs }),
+    outputs: new FsSessionOutputs({ root: join(stateDir, "outputs"), store: options.storage.blobs, scheduler }),
+    harness: runner,
+    lanes: ["ama_worker"],
+    scheduler,
+    newOwnerId: () => `rh-${hostId}-${randomBytes(6).toString("hex")}`,
+    timings: options.timings,
+  });
+  const reaper = new RuntimeReaper({
+    orphans,
+    reaper: parts.sandbox,
+    scheduler,
+    intervalMs: options.reapIntervalMs ?? 30_000,
+    onError: (err) => options.logger.warn({ err: String(err) }, "orphan reaping failed"),
+  });
+  reaper.start();
+  const loop = new WorkLoop({
+    apiUrl: options.apiUrl,
+    environmentId: options.environmentId,
+    environmentKey: options.environmentKey,
+    host,
+    profile: AMA_WORKER_PROFILE,
+    tickets,
+    scheduler,
+    logger: options.logger,
+    concurrency: options.concurrency ?? 4,
+    workerId: `rh-${hostId}`,
+    onResult: options.onResult,
+  });
+  loop.start();
+  options.logger.info({ driver: options.driver, environment_id: options.environmentId, host_id: hostId }, "runtime host serving");
+  return {
+    driver: options.driver,
+    hostId,
+    host,
+    sandbox: parts.sandbox,
+    async close() {
+      await loop.stop();
+      await reaper.stop();
+      await parts.close();
+      await bridge.close();
+    },
+  };
+}
+
+async function openDriver(options: RuntimeHostOptions, hostId: string, binds: { source: string; target: string }[]): Promise<DriverParts> {
+  const { readImageManifest } = await import("@openma/driver-node-docker");
+  const manifest = await readImageManifest(options.imageManifest);
+  if (!manifest.ok) throw new Error(manifest.message);
+  if (options.driver === "bubblewrap") {
+    const { BubblewrapSandbox, bubblewrapProcesses } = await import("@openma/driver-bubblewrap");
+    const sandbox = new BubblewrapSandbox({ rootfs: manifest.manifest.base.rootfs, binds });
+    return {
+      sandbox,
+      processes: bubblewrapProcesses(sandbox),
+      // bwrap sandboxes die with the process that started them; only their records can be left.
+      sweepLeftovers: () => sandbox.reapLeftovers(),
+      needsTraversal: true,
+      close: () => sandbox.shutdown(),
+    };
+  }
+  const { NodeDockerSandbox, dockerProcesses, NODE_DOCKER_PROVIDER, LABELS } = await import("@openma/driver-node-docker");
+  const sandbox = new NodeDockerSandbox({
+    image: manifest.manifest.base.image,
+    binds,
+    namePrefix: "openma-rh",
+    labels: { [HOST_LABEL]: hostId },
+  });
+  return {
+    sandbox,
+    processes: dockerProcesses(sandbox),
+    // Containers outlive a killed host: every container labelled with this host's id is a leftover of a dead process.
+    async sweepLeftovers() {
+      const leftovers = await sandbox.listManaged({ [HOST_LABEL]: hostId });
+      for (const info of leftovers) {
+        const runtimeId = (info.Names[0] ?? info.Id).replace(/^\//, "");
+        const labels = info.Labels ?? {};
+        await sandbox.reap({
+          scope: { environmentId: labels[LABELS.environment] ?? "unknown", sessionId: labels[LABELS.session] ?? "unknown" },
+          lease: { provider: NODE_DOCKER_PROVIDER, runtimeId, metadata: { containerId: info.Id } },
+          reason: "host_recovery",
+          signal: AbortSignal.timeout(30_000),
+        });
+      }
+      return leftovers.length;
+    },
+    needsTraversal: false,
+    close: async () => {},
+  };
+}
+
+/** The SDK's node_modules directory, bound read-only into sandboxes (its dependencies resolve from there). */
+function sdkNodeModules(): string {
+  const entry = createRequire(import.meta.url).resolve("@anthropic-ai/sdk");
+  let dir = dirname(entry);
+  while (!dir.endsWith(`${"/"}node_modules`)) {
+    const parent = dirname(dir);
+    if (parent === dir) throw new Error(`cannot find the node_modules directory of @anthropic-ai/sdk (${entry})`);
+    dir = parent;
+  }
+  return dir;
+}
+
+function launcherDir(): string {
+  return join(dirname(fileURLToPath(import.meta.url)), "..", "sandbox");
+}
+
+/** Search permission for others on the state dir and its parent: the sandbox uid binds directories below them. */
+async function allowTraversal(stateDir: string): Promise<void> {
+  for (const dir of [dirname(stateDir), stateDir]) {
+    const mode = (await stat(dir)).mode & 0o7777;
+    if ((mode & 0o001) !== 0o001) await chmod(dir, mode | 0o001);
+  }
+}

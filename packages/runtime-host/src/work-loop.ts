@@ -1,0 +1,164 @@
+/**
+ * The runtime host's one scheduling authority: the official Environment
+ * Work claim. `concurrency` official WorkPollers long-poll the self-hosted
+ * environment with the environment key; each claimed item becomes one
+ * Managed Runtime Host run for its session (fence, restore, sandbox,
+ * worker, publish, terminate). The poller does not stop items itself
+ * (`autoStop: false`): the worker inside the sandbox force-stops its item,
+ * and an item whose run failed is left to be reclaimed and retried.
+ */
+import Anthropic from "@anthropic-ai/sdk";
+import { WorkPoller } from "@anthropic-ai/sdk/lib/environments/index";
+import { sessionsTokenFromSecret } from "@anthropic-ai/sdk/lib/environments/worker";
+import type { BetaSelfHostedWork } from "@anthropic-ai/sdk/resources/beta/environments/work";
+import { type ManagedRuntimeProfile, type RuntimeResourceScope, runtimeScopeKey } from "@openma/contract";
+import type { ManagedRuntimeHost, RuntimeRunResult } from "@openma/host";
+import type { Scheduler } from "@openma/time";
+import type { WorkTicket } from "./ama-worker-runner.ts";
+
+export interface RuntimeHostLogger {
+  info(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
+  error(obj: object, msg: string): void;
+}
+
+/** The claimed item of each running scope: the runner reads it, the loop owns it. */
+export class TicketBoard {
+  readonly #tickets = new Map<string, WorkTicket>();
+  get(scope: RuntimeResourceScope): WorkTicket | undefined {
+    return this.#tickets.get(runtimeScopeKey(scope));
+  }
+  set(ticket: WorkTicket): void {
+    this.#tickets.set(runtimeScopeKey(scopeOf(ticket)), ticket);
+  }
+  delete(ticket: WorkTicket): void {
+    const key = runtimeScopeKey(scopeOf(ticket));
+    if (this.#tickets.get(key) === ticket) this.#tickets.delete(key);
+  }
+  get size(): number {
+    return this.#tickets.size;
+  }
+}
+
+const scopeOf = (t: WorkTicket): RuntimeResourceScope => ({ environmentId: t.environmentId, sessionId: t.sessionId });
+
+export interface WorkLoopOptions {
+  apiUrl: string;
+  environmentId: string;
+  /** The environment's standing credential: polls and claims only; it never enters a sandbox. */
+  environmentKey: string;
+  host: ManagedRuntimeHost;
+  profile: ManagedRuntimeProfile;
+  tickets: TicketBoard;
+  scheduler: Scheduler;
+  logger: RuntimeHostLogger;
+  concurrency: number;
+  workerId: string;
+  /** A fence still held by a crashed owner is waited out when it expires within this bound. */
+  maxConflictWaitMs?: number;
+  /** Every finished run (tests and metrics). */
+  onResult?: (ticket: WorkTicket, result: RuntimeRunResult) => void;
+}
+
+export class WorkLoop {
+  readonly #options: WorkLoopOptions;
+  readonly #stop = new AbortController();
+  #loops: Promise<void>[] = [];
+
+  constructor(options: WorkLoopOptions) {
+    this.#options = options;
+  }
+
+  start(): void {
+    if (this.#loops.length > 0) return;
+    const o = this.#options;
+    const client = new Anthropic({ baseURL: o.apiUrl, apiKey: null, authToken: o.environmentKey, maxRetries: 2 });
+    for (let i = 0; i < o.concurrency; i++) this.#loops.push(this.#poll(client, `${o.workerId}-${i}`));
+  }
+
+  /** Stops claiming; runs in flight are cancelled (cooperative stop, then hard kill) and awaited. */
+  async stop(): Promise<void> {
+    this.#stop.abort();
+    await Promise.all(this.#loops);
+    this.#loops = [];
+  }
+
+  async #poll(client: Anthropic, workerId: string): Promise<void> {
+    const o = this.#options;
+    const signal = this.#stop.signal;
+    while (!signal.aborted) {
+      try {
+        const poller = new WorkPoller({
+          client,
+          environmentId: o.environmentId,
+          environmentKey: o.environmentKey,
+          workerId,
+          autoStop: false,
+          signal,
+        });
+        for await (const work of poller) await this.#serve(work);
+      } catch (err) {
+        if (signal.aborted) return;
+        o.logger.warn({ err: errorText(err) }, "work polling failed; retrying");
+        await o.scheduler.sleep(1_000, signal).catch(() => {});
+      }
+    }
+  }
+
+  async #serve(work: BetaSelfHostedWork): Promise<void> {
+    const o = this.#options;
+    if (work.data.type !== "session") {
+      o.logger.warn({ work_id: work.id, type: work.data.type }, "ignoring a work item that is not a session");
+      return;
+    }
+    const log = { work_id: work.id, session_id: work.data.id };
+    const sessionsToken = sessionsTokenFromSecret(work.secret);
+    if (!work.secret || sessionsToken === null) {
+      // Without a per-item token the worker would need the environment key inside the sandbox: refused.
+      o.logger.error(log, "work item carries no sessions token; not running it in a sandbox");
+      return;
+    }
+    const ticket: WorkTicket = {
+      workId: work.id,
+      environmentId: work.environment_id,
+      sessionId: work.data.id,
+      secret: work.secret,
+      sessionsToken,
+    };
+    o.tickets.set(ticket);
+    try {
+      const result = await this.#runWaitingOutStaleFence(ticket);
+      o.onResult?.(ticket, result);
+      const summary = { ...log, result: result.type, ...("generation" in result ? { generation: result.generation } : {}) };
+      if (result.type === "completed")
+        o.logger.info({ ...summary, revision: result.publication?.revision ?? null }, "session run completed");
+      else if (result.type === "admission_error")
+        o.logger.error({ ...summary, error: result.error.message }, "the runtime profile cannot be met");
+      else o.logger.warn({ ...summary, ...("error" in result ? { error: result.error } : {}) }, "session run ended early");
+    } finally {
+      o.tickets.delete(ticket);
+    }
+  }
+
+  /**
+   * After a crash the previous owner's fence lives until its TTL; the item
+   * was reclaimed sooner. Waiting for a fence that expires soon beats
+   * dropping the item and waiting for another reclaim.
+   */
+  async #runWaitingOutStaleFence(ticket: WorkTicket): Promise<RuntimeRunResult> {
+    const o = this.#options;
+    const scope = scopeOf(ticket);
+    for (;;) {
+      const result = await o.host.run({ scope, profile: o.profile, signal: this.#stop.signal });
+      if (result.type !== "conflict") return result;
+      const wait = result.holderExpiresAt - o.scheduler.now() + 250;
+      if (wait > (o.maxConflictWaitMs ?? 60_000) || this.#stop.signal.aborted) return result;
+      o.logger.info({ session_id: ticket.sessionId, wait_ms: wait }, "waiting out a stale fence");
+      await o.scheduler.sleep(Math.max(0, wait), this.#stop.signal).catch(() => {});
+    }
+  }
+}
+
+function errorText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}

@@ -1,0 +1,137 @@
+/**
+ * The ama_worker lane end to end, on both local drivers: a runtime host
+ * claims the Environment Work of a self-hosted environment, restores the
+ * session's workspace into a fresh sandbox (bubblewrap, or a Docker
+ * container) and starts the unmodified official EnvironmentWorker inside it
+ * through `handleItem()`. The brain runs in the server against the scripted
+ * model; the worker's tools run in the sandbox. Each turn boundary is
+ * published under the fence; the second message gets a new claim, a new
+ * generation and a fresh sandbox that sees the first turn's files. At the
+ * end the output manifest lists the deliverable with its sha256 and no
+ * sandbox of the session is left.
+ */
+import { createHash } from "node:crypto";
+import { hostname } from "node:os";
+import { join } from "node:path";
+import { silentLogger } from "@openma/api";
+import { sqlRuntimePorts } from "@openma/host";
+import { type RunningRuntimeHost, type RuntimeHostDriver, startRuntimeHost } from "@openma/runtime-host";
+import { type ScriptedModel, startScriptedModel, type TurnInput } from "@openma/scripted-model";
+import { systemClock } from "@openma/storage";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startTestServer, type TestServer } from "../support/server.ts";
+import { allEvents, createSelfHostedEnvironment, endTurnIdle, resultText, sendAndWait } from "../support/worker-e2e.ts";
+import { acquiredRuntimes, activeOutputs, bwrapLeftovers, dockerLeftovers, ResultQueue } from "./support.ts";
+
+const consoleLogger = {
+  info: (o: object, m: string) => console.log("INFO", m, JSON.stringify(o)),
+  warn: (o: object, m: string) => console.log("WARN", m, JSON.stringify(o)),
+  error: (o: object, m: string) => console.log("ERROR", m, JSON.stringify(o)),
+};
+
+const MODEL_KEY = "sk-scripted-ama-worker";
+const USAGE = { input_tokens: 10, output_tokens: 5, cache_read_input_tokens: 0, cache_creation_input_tokens: 0 };
+const REPORT = "quarterly report\n";
+
+const SCRIPT: TurnInput[] = [
+  {
+    label: "write",
+    match: { last_user_text_contains: "FIRST" },
+    response: {
+      content: [
+        {
+          type: "tool_use",
+          name: "bash",
+          input: {
+            command: `echo one > /workspace/notes.txt && printf '${REPORT.replace("\n", "\\n")}' > /mnt/session/outputs/report.md && id -u && hostname && echo WROTE-OK`,
+          },
+        },
+      ],
+      usage: USAGE,
+    },
+  },
+  {
+    label: "first-done",
+    match: { tool_result_contains: "WROTE-OK" },
+    response: { content: [{ type: "text", text: "wrote" }], usage: USAGE },
+  },
+  {
+    label: "read",
+    match: { last_user_text_contains: "SECOND" },
+    response: {
+      content: [
+        { type: "tool_use", name: "bash", input: { command: "cat /workspace/notes.txt && ls /mnt/session/outputs && echo READ-OK" } },
+      ],
+      usage: USAGE,
+    },
+  },
+  {
+    label: "second-done",
+    match: { tool_result_contains: "READ-OK" },
+    response: { content: [{ type: "text", text: "read" }], usage: USAGE },
+  },
+];
+
+describe.each<RuntimeHostDriver>(["bubblewrap", "docker"])("the official worker inside a %s sandbox (ama_worker)", (driver) => {
+  let model: ScriptedModel;
+  let t: TestServer;
+  let rh: RunningRuntimeHost;
+  const results = new ResultQueue();
+
+  beforeAll(async () => {
+    model = await startScriptedModel({ apiKey: MODEL_KEY, script: SCRIPT });
+    t = await startTestServer("sqlite", { OPENMA_BRAIN: "on", OPENMA_MODEL_BASE_URL: model.url, OPENMA_MODEL_API_KEY: MODEL_KEY });
+  });
+  afterAll(async () => {
+    await rh?.close();
+    await t?.close();
+    await model?.close();
+  });
+
+  it("serves two turns in two fresh sandboxes, restoring the workspace and publishing the deliverable", async () => {
+    const { client } = t;
+    const env = await createSelfHostedEnvironment(client, `rh-${driver}`);
+    rh = await startRuntimeHost({
+      driver,
+      apiUrl: t.baseURL,
+      environmentId: env.id,
+      environmentKey: env.key,
+      storage: t.store.storage,
+      stateDir: join(t.store.dataDir, "runtime-host"),
+      logger: process.env.OPENMA_TEST_LOG ? consoleLogger : silentLogger,
+      concurrency: 1,
+      workerMaxIdleMs: 200,
+      onResult: (_ticket, result) => results.push(result),
+    });
+    const agent = await client.beta.agents.create({ name: "hands", model: "claude-test-1", tools: [{ type: "agent_toolset_20260401" }] });
+    const session = await client.beta.sessions.create({ agent: agent.id, environment_id: env.id });
+
+    await sendAndWait(client, session.id, [{ type: "user.message", content: [{ type: "text", text: "FIRST" }] }], endTurnIdle);
+    expect(await results.next()).toMatchObject({ type: "completed", generation: 1 });
+
+    await sendAndWait(client, session.id, [{ type: "user.message", content: [{ type: "text", text: "SECOND" }] }], endTurnIdle);
+    const second = await results.next();
+    expect(second).toMatchObject({ type: "completed", generation: 2 });
+
+    const events = await allEvents(client, session.id);
+    const texts = events.filter((e) => e.type === "user.tool_result").map(resultText);
+    expect(texts).toHaveLength(2);
+    // Ran isolated: bwrap maps the sandbox user to an unprivileged uid; Docker runs in its own container (own hostname).
+    const [uid, host] = texts[0]?.split("\n") ?? [];
+    if (driver === "bubblewrap") expect(uid).not.toBe("0");
+    expect(host).not.toBe(hostname());
+    // The second sandbox was fresh, yet /workspace held the first turn's file: restored from the publication.
+    expect(texts[1]).toContain("one");
+    expect(second.trace.find((s) => s.step === "materialize_workspace")?.status).toBe("ok");
+
+    const scope = { environmentId: env.id, sessionId: session.id };
+    const report = (await activeOutputs(t.store.storage, scope)).find((f) => f.path === "report.md");
+    expect(report).toMatchObject({ size: REPORT.length, sha256: createHash("sha256").update(REPORT).digest("hex") });
+
+    const { fences } = sqlRuntimePorts(t.store.storage.db, systemClock);
+    expect((await fences.active({ scope, signal: AbortSignal.timeout(5000) }))?.generation).toBe(2);
+
+    if (driver === "docker") expect(await dockerLeftovers(session.id)).toEqual([]);
+    else expect(await bwrapLeftovers(acquiredRuntimes(results.all))).toEqual([]);
+  });
+});
