@@ -27,7 +27,7 @@ export class ResultQueue {
 }
 
 /** The entries of the output manifest the scope's active publication points at. */
-export async function activeOutputs(storage: Storage, scope: RuntimeResourceScope): Promise<OutputEntry[]> {
+export async function activeOutputs(storage: Pick<Storage, "db" | "blobs">, scope: RuntimeResourceScope): Promise<OutputEntry[]> {
   const { fences } = sqlRuntimePorts(storage.db, systemClock);
   const active = await fences.active({ scope, signal: AbortSignal.timeout(10_000) });
   if (!active?.outputs) throw new Error("no output manifest is published for this session");
@@ -49,8 +49,37 @@ export async function dockerLeftovers(sessionId: string): Promise<string[]> {
   return containers.map((c) => `${c.Names[0]} ${c.State}`);
 }
 
-/** Host processes of the given bwrap runtimes (their argv names the runtime's private directories). */
-export async function bwrapLeftovers(runtimeIds: readonly string[]): Promise<string[]> {
-  if (runtimeIds.length === 0) throw new Error("no runtime ids to look for");
-  return (await hostProcesses()).filter((p) => runtimeIds.some((id) => p.argv.includes(id))).map((p) => `${p.pid} ${p.argv.slice(0, 120)}`);
+/** Short ids (= hostnames inside) of the session's containers. */
+export async function dockerContainerIds(sessionId: string): Promise<string[]> {
+  const containers = await connectDocker().listContainers({ all: true, filters: { label: [`${LABELS.session}=${sessionId}`] } });
+  return containers.map((c) => c.Id.slice(0, 12));
+}
+
+/**
+ * Host processes of bwrap sandboxes whose argv names one of `markers`: a runtime id (its private
+ * directories) or a data dir (the workspace bindings under it).
+ */
+export async function bwrapLeftovers(markers: readonly string[]): Promise<string[]> {
+  if (markers.length === 0) throw new Error("nothing to look for");
+  return (await hostProcesses()).filter((p) => markers.some((m) => p.argv.includes(m))).map((p) => `${p.pid} ${p.argv.slice(0, 120)}`);
+}
+
+/**
+ * Waits for a condition outside this process (another process's files, an
+ * engine's listing, rows another process writes) that no event announces:
+ * checked every `everyMs` until `timeoutMs`, then the test fails naming it.
+ */
+export async function eventually<T>(
+  check: () => Promise<T | null | undefined | false>,
+  what: string,
+  timeoutMs = 60_000,
+  everyMs = 100,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, everyMs));
+  }
 }

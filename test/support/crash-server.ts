@@ -32,8 +32,12 @@ async function freePort(): Promise<number> {
 export interface CrashableServer {
   baseURL: string;
   client: Anthropic;
-  /** Starts the process (again), on the same port and storage. */
-  start(): Promise<void>;
+  /** The process's OPENMA_DATA_DIR (kept across restarts). */
+  dataDir: string;
+  /** Starts the process (again), on the same port and storage; `env` adds to the creation-time variables. */
+  start(env?: Record<string, string>): Promise<void>;
+  /** Graceful stop (SIGTERM) that keeps the data dir, for a restart with other settings. */
+  stop(): Promise<void>;
   /** SIGKILL: no shutdown hook runs, in-flight requests and leases are simply abandoned. */
   kill9(): Promise<void>;
   /** Graceful stop (SIGTERM) and cleanup of the data dir. */
@@ -52,7 +56,8 @@ export async function crashableServer(store: TestStorage, apiKey: string, env: R
   return {
     baseURL,
     client: new Anthropic({ baseURL, apiKey, maxRetries: 0 }),
-    async start() {
+    dataDir,
+    async start(extra = {}) {
       if (child) throw new Error("already running");
       const c = spawn(process.execPath, ["--import", "tsx", CLI, "serve"], {
         cwd: REPO_ROOT,
@@ -66,6 +71,7 @@ export async function crashableServer(store: TestStorage, apiKey: string, env: R
           OPENMA_API_KEY: apiKey,
           LOG_LEVEL: "silent",
           ...env,
+          ...extra,
         },
         stdio: ["ignore", "pipe", "pipe"],
       });
@@ -77,6 +83,13 @@ export async function crashableServer(store: TestStorage, apiKey: string, env: R
         c.kill("SIGKILL");
         throw err;
       }
+    },
+    async stop() {
+      const c = child;
+      child = null;
+      if (!c) return;
+      c.kill("SIGTERM");
+      await exited(c);
     },
     async kill9() {
       const c = child;

@@ -28,6 +28,18 @@ const schema = z.object({
   OPENMA_EXECUTION_POLL_MS: z.coerce.number().int().min(100).max(600_000).default(5_000),
   // Where the default harness's sandbox tools run (see sandbox.ts): bubblewrap, else Docker, else fail closed.
   OPENMA_SANDBOX: z.enum(SANDBOX_CHOICES).default("auto"),
+  // The runtime host (ama_worker lane): serve this self-hosted environment from this machine.
+  OPENMA_RUNTIME_HOST_ENVIRONMENT_ID: z
+    .string()
+    .regex(/^[A-Za-z0-9_-]{1,128}$/, "must be an environment id")
+    .optional(),
+  ANTHROPIC_ENVIRONMENT_KEY: z.string().min(8).optional(),
+  OPENMA_RUNTIME_HOST_SANDBOX: z.enum(["auto", "bubblewrap", "docker"]).default("auto"),
+  OPENMA_RUNTIME_HOST_CONCURRENCY: z.coerce.number().int().min(1).max(256).default(4),
+  OPENMA_RUNTIME_FENCE_TTL_MS: z.coerce.number().int().min(1500).max(3_600_000).default(90_000),
+  OPENMA_WORKER_MAX_IDLE_MS: z.coerce.number().int().min(0).max(86_400_000).optional(),
+  // Where a standalone `openma runtime-host` reaches the API (an embedded one uses its own listener).
+  OPENMA_API_URL: z.url({ protocol: /^http$/ }).optional(),
   OPENMA_MODEL_BASE_URL: z.url().optional(),
   OPENMA_MODEL_API_KEY: z.string().optional(),
   ANTHROPIC_API_KEY: z.string().optional(),
@@ -69,6 +81,20 @@ export interface ServerConfig {
   model: { baseUrl: string | undefined; apiKey: string | undefined };
   /** S3 blob settings when any is set (default: local files). Holds a secret: never log. */
   blobs?: BlobEnv | undefined;
+  /** Set when this process serves a self-hosted environment (ama_worker lane). Holds a secret: never log. */
+  runtimeHost: RuntimeHostConfig | undefined;
+}
+
+export interface RuntimeHostConfig {
+  environmentId: string;
+  /** The environment key: polls and claims Work; never enters a sandbox. */
+  environmentKey: string;
+  sandbox: "auto" | "bubblewrap" | "docker";
+  concurrency: number;
+  fenceTtlMs: number;
+  workerMaxIdleMs: number | undefined;
+  /** Standalone only; default http://127.0.0.1:<PORT>. */
+  apiUrl: string;
 }
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
@@ -99,6 +125,23 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
     },
     model: { baseUrl: e.OPENMA_MODEL_BASE_URL, apiKey: e.OPENMA_MODEL_API_KEY || e.ANTHROPIC_API_KEY },
     blobs: blobEnvOf(e),
+    runtimeHost: runtimeHostOf(e),
+  };
+}
+
+function runtimeHostOf(e: z.infer<typeof schema>): RuntimeHostConfig | undefined {
+  if (e.OPENMA_RUNTIME_HOST_ENVIRONMENT_ID === undefined) return undefined;
+  if (e.ANTHROPIC_ENVIRONMENT_KEY === undefined) {
+    throw new Error("invalid configuration: OPENMA_RUNTIME_HOST_ENVIRONMENT_ID needs ANTHROPIC_ENVIRONMENT_KEY (the environment's key)");
+  }
+  return {
+    environmentId: e.OPENMA_RUNTIME_HOST_ENVIRONMENT_ID,
+    environmentKey: e.ANTHROPIC_ENVIRONMENT_KEY,
+    sandbox: e.OPENMA_RUNTIME_HOST_SANDBOX,
+    concurrency: e.OPENMA_RUNTIME_HOST_CONCURRENCY,
+    fenceTtlMs: e.OPENMA_RUNTIME_FENCE_TTL_MS,
+    workerMaxIdleMs: e.OPENMA_WORKER_MAX_IDLE_MS,
+    apiUrl: e.OPENMA_API_URL ?? `http://127.0.0.1:${e.PORT}`,
   };
 }
 

@@ -15,6 +15,7 @@ import type { BlobStore } from "@openma/storage/blobs";
 import pino from "pino";
 import { ensureAdminKey } from "./admin-key.ts";
 import type { ServerConfig } from "./config.ts";
+import { startConfiguredRuntimeHost } from "./runtime-host.ts";
 import { type AvailabilityProbes, openServeSandboxes, type ServeSandboxes } from "./sandbox.ts";
 import { VERSION } from "./version.ts";
 
@@ -94,6 +95,22 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
   const url = `http://${config.host}:${port}`;
   if (!deps.publicBaseUrl) deps.publicBaseUrl = url;
   brain = await startBrain(config, deps, opts.sandboxProbes);
+  // The embedded runtime host reaches this very listener (its sandboxes' only way out is a socket bridged to it).
+  const runtimeHost = config.runtimeHost
+    ? await startConfiguredRuntimeHost({
+        config: config.runtimeHost,
+        apiUrl: ["0.0.0.0", "::"].includes(config.host) ? `http://127.0.0.1:${port}` : url,
+        dataDir: config.dataDir,
+        storage,
+        logger,
+        probes: opts.sandboxProbes,
+      }).catch(async (err: unknown) => {
+        await brain?.worker.stop();
+        await brain?.sandboxes.close();
+        server.close();
+        throw err;
+      })
+    : null;
 
   let closing: Promise<void> | null = null;
   return {
@@ -107,6 +124,8 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
           server.close(() => resolve());
           (server as unknown as { closeAllConnections?: () => void }).closeAllConnections?.();
         });
+        // Sessions in the runtime host's sandboxes: cancelled cooperatively, then hard-killed; nothing more is published.
+        await runtimeHost?.close();
         // Running turns go back to pending so another process resumes them at once.
         await brain?.worker.stop();
         // Then the sessions' sandboxes (their workspaces stay on disk).
@@ -163,7 +182,7 @@ async function startBrain(config: ServerConfig, deps: ApiDeps, probes: Availabil
  * front so a wrong bucket or credential fails the start, not the first upload.
  * Otherwise `undefined`: files under the data dir.
  */
-async function openBlobStore(config: ServerConfig): Promise<BlobStore | undefined> {
+export async function openBlobStore(config: ServerConfig): Promise<BlobStore | undefined> {
   if (!config.blobs) return undefined;
   const { blobStoreFromEnv } = await import("@openma/storage/s3-blobs");
   const store = blobStoreFromEnv(config.blobs);

@@ -8,8 +8,8 @@
  * gates its tool results (a reclaimed item rotates the sessions token, so a
  * stale worker is refused by the API), while publication stays with the
  * host's fence: this runner only asks `commitTurn` at each turn boundary
- * (`session.status_idle` on the session's event stream) and never sees the
- * fence token. The work secret reaches the worker over stdin only.
+ * (a `session.status_idle` that ends the turn, on the session's event
+ * stream) and never sees the fence token. The work secret reaches the worker over stdin only.
  */
 import Anthropic from "@anthropic-ai/sdk";
 import type { ManagedSandboxLease, RuntimeResourceScope, SandboxProcessEnd, SandboxProcessPort } from "@openma/contract";
@@ -162,7 +162,8 @@ async function watchTurnBoundaries(
       for await (const event of stream) {
         if (!("id" in event)) continue;
         lastId = event.id;
-        if (event.type === "session.status_idle") await commit(event.id);
+        // `requires_action` pauses a turn for tool results (the worker is about to write): not a boundary.
+        if (event.type === "session.status_idle" && event.stop_reason?.type !== "requires_action") await commit(event.id);
         if (event.type === "session.status_terminated") return;
       }
     } catch {
