@@ -161,6 +161,7 @@ export const DRIVER_CONFORMANCE: readonly DriverConformance[] = [
       "Egress is enforced by construction: the sandbox's network namespace has only loopback. With the default `network: none` nothing leaves; with `network: proxy` the only way out is an HTTP/CONNECT proxy with a host allowlist. The proxy does not substitute credentials.",
       "Resource limits: cgroup v2 (memory.max, pids.max, cpu.max for the whole sandbox) when a delegated parent is configured, otherwise per-process rlimits (the driver reports which in `enforcement`).",
       "Seccomp denylist on x86_64 and aarch64; elsewhere the driver declares it missing. Needs root on the host; sandbox processes run as an unprivileged host uid (65534 by default).",
+      "Harness lanes as shipped: `ama_worker` (`openma runtime-host`: the official EnvironmentWorker inside the sandbox, its only way out a unix socket bridged to the control plane's API) and `openma_supervised` (`@openma/supervisor`); both run end to end on this driver in `npm run test:integration:runtime`.",
       HOST_FS_NOTE,
     ],
   },
@@ -190,6 +191,8 @@ export const DRIVER_CONFORMANCE: readonly DriverConformance[] = [
     notes: [
       "Credential egress is unsupported: `NetworkMode: none` blocks egress entirely, and no proxy exists that could enforce credential use.",
       "Secrets reach the container through stdin into a tmpfs, never argv or `docker inspect`-visible environment.",
+      "Harness lanes as shipped: `ama_worker` (`openma runtime-host`: the official EnvironmentWorker inside the sandbox, its only way out a unix socket bridged to the control plane's API) and `openma_supervised` (`@openma/supervisor`); both run end to end on this driver in `npm run test:integration:runtime`.",
+      "A container outlives a crashed host: the runtime host labels its containers with its identity and removes its predecessor's at start; compute whose kill fails is an orphan record the reaper retries.",
       HOST_FS_NOTE,
     ],
   },
