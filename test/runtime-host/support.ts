@@ -1,4 +1,5 @@
 /** Shared pieces of the runtime-host end-to-end tests: run results as a queue, the published manifest, leftovers. */
+import { readlink } from "node:fs/promises";
 import type { RuntimeResourceScope } from "@openma/contract";
 import { hostProcesses } from "@openma/driver-bubblewrap";
 import { connectDocker, LABELS } from "@openma/driver-node-docker";
@@ -62,6 +63,17 @@ export async function dockerContainerIds(sessionId: string): Promise<string[]> {
 export async function bwrapLeftovers(markers: readonly string[]): Promise<string[]> {
   if (markers.length === 0) throw new Error("nothing to look for");
   return (await hostProcesses()).filter((p) => markers.some((m) => p.argv.includes(m))).map((p) => `${p.pid} ${p.argv.slice(0, 120)}`);
+}
+
+/** Host processes in a pid namespace other than ours: every bwrap and container process, nothing of the server's. */
+export async function sandboxedProcesses(): Promise<Awaited<ReturnType<typeof hostProcesses>>> {
+  const own = await readlink("/proc/self/ns/pid");
+  const out: Awaited<ReturnType<typeof hostProcesses>> = [];
+  for (const p of await hostProcesses()) {
+    const ns = await readlink(`/proc/${p.pid}/ns/pid`).catch(() => own);
+    if (ns !== own) out.push(p);
+  }
+  return out;
 }
 
 /**

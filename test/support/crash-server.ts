@@ -36,6 +36,8 @@ export interface CrashableServer {
   dataDir: string;
   /** Starts the process (again), on the same port and storage; `env` adds to the creation-time variables. */
   start(env?: Record<string, string>): Promise<void>;
+  /** What the process(es) wrote to stdout and stderr so far (all starts), for a failing test's message. */
+  logs(): string;
   /** Graceful stop (SIGTERM) that keeps the data dir, for a restart with other settings. */
   stop(): Promise<void>;
   /** SIGKILL: no shutdown hook runs, in-flight requests and leases are simply abandoned. */
@@ -50,6 +52,7 @@ export async function crashableServer(store: TestStorage, apiKey: string, env: R
   const dataDir = mkdtempSync(join(tmpdir(), "openma-crash-"));
   const baseURL = `http://127.0.0.1:${port}`;
   let child: ChildProcess | null = null;
+  let output = "";
   const exited = (c: ChildProcess) =>
     c.exitCode !== null || c.signalCode !== null ? Promise.resolve() : new Promise<void>((resolve) => c.once("exit", () => resolve()));
 
@@ -57,6 +60,7 @@ export async function crashableServer(store: TestStorage, apiKey: string, env: R
     baseURL,
     client: new Anthropic({ baseURL, apiKey, maxRetries: 0 }),
     dataDir,
+    logs: () => output,
     async start(extra = {}) {
       if (child) throw new Error("already running");
       const c = spawn(process.execPath, ["--import", "tsx", CLI, "serve"], {
@@ -76,6 +80,12 @@ export async function crashableServer(store: TestStorage, apiKey: string, env: R
         stdio: ["ignore", "pipe", "pipe"],
       });
       child = c;
+      c.stdout?.on("data", (chunk: Buffer) => {
+        output += chunk.toString("utf8");
+      });
+      c.stderr?.on("data", (chunk: Buffer) => {
+        output += chunk.toString("utf8");
+      });
       try {
         await listening(c);
       } catch (err) {
