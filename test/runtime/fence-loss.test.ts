@@ -6,12 +6,14 @@
  * 1. Host A holds generation 1, publishes a turn, and sends a second turn's
  *    publication that is delayed on the wire. A is cut off from the database
  *    (its renewals throw), time passes the safety margin and A's lease
- *    controller gives up; once the fence has expired host B acquires
- *    generation 2, restores A's published turn and publishes. A's zombie
- *    sandbox is still running at that moment: only the fence stands between
- *    it and the published state. A's late publication then reaches the
- *    database and is refused as stale, B's pointers stay active, A's run ends
- *    `lease_lost` and the engine confirms A's sandbox and process tree are gone.
+ *    controller gives up. The harness is told to stop; A's sandbox lives
+ *    through the grace period and is hard-killed the moment it ends, while
+ *    the publication is still on the wire (the host abandons it instead of
+ *    waiting for an answer): A's run ends `lease_lost` and the engine
+ *    confirms A's sandbox and process tree are gone. Once the fence has
+ *    expired host B acquires generation 2, restores A's published turn and
+ *    publishes; A's late publication then reaches the database and is
+ *    refused as stale, and B's pointers stay active.
  * 2. The engine refuses a hard kill once: the host persists a token-free
  *    orphan record and reports the compute as orphaned (the sandbox really
  *    still runs); the orphan reaper, with a fresh driver instance that shares
@@ -45,6 +47,7 @@ import {
   runtimeParts,
   SandboxHarness,
   scratchDir,
+  TEST_TIMINGS,
 } from "./support.ts";
 
 const profile = AMA_WORKER_PROFILE;
@@ -73,7 +76,7 @@ describe.each(DRIVERS)("the runtime host on the real %s driver", (driver) => {
       await removeDir(dir);
     });
 
-    it("refuses a zombie's late publication after the next owner took over, then hard-kills the zombie's sandbox", async () => {
+    it("hard-kills a zombie's sandbox at grace expiry while its publication is on the wire, then refuses that publication", async () => {
       const scope = newScope();
       const fenceA = new HostFence(parts.sqlFence);
       const sandboxA = engine!.open();
@@ -89,6 +92,10 @@ describe.each(DRIVERS)("the runtime host on the real %s driver", (driver) => {
       });
       const hostA = runtimeHost(parts, { name: "a", dir: dir!, sandbox: sandboxA, harness: harnessA, fence: fenceA });
       const transit = fenceA.delayPublish((key) => key === "1:turn:turn_2:publish");
+      let answered = false;
+      void transit.answer.then(() => {
+        answered = true;
+      });
       const runA = hostA.run({ scope, profile });
 
       await transit.sent;
@@ -113,9 +120,39 @@ describe.each(DRIVERS)("the runtime host on the real %s driver", (driver) => {
       expect(fenceA.renewalsFailed).toBeGreaterThan(0);
       expect(String(placementA.input.signal.reason)).toContain("could not renew before expiry");
       expect(scheduler.now()).toBeLessThan(heldA.expiresAt);
-      scheduler.advance(heldA.expiresAt - scheduler.now() + 1);
 
-      // Host B: another process, its own driver instance, fence connection and owner id.
+      // The cooperative part: until the grace period is over the sandbox lives, and the publication has no answer.
+      scheduler.advance(TEST_TIMINGS.abortGraceMs - 1);
+      await settle();
+      expect(await engine!.state(scope, leaseA)).toBe("running");
+      expect(await processesMentioning(marker)).not.toEqual([]);
+
+      // The grace period ends: A stops waiting for its publication and kills the sandbox for real.
+      scheduler.advance(1);
+      const resultA = await runA;
+      expect(answered).toBe(false);
+      expect(turns[1]).toEqual({ type: "rejected", reason: "lease_lost" });
+      expect(resultA).toMatchObject({ type: "lease_lost", generation: 1, cleanup: { compute: "terminated", orphanIds: [] } });
+      expect(steps(resultA)).toEqual(
+        expect.arrayContaining([
+          "publish:lease_lost",
+          "commit_turn:rejected",
+          "run_harness:lease_lost",
+          "terminate_compute:ok",
+          "abort_outputs:ok",
+          "release_fence:lost",
+        ]),
+      );
+      expect(resultA.trace.find((t) => t.step === "publish" && t.status === "lease_lost")?.detail).toContain(
+        `no answer within ${TEST_TIMINGS.abortGraceMs} ms of the abort`,
+      );
+      // Hard-killed, as the engine itself reports: no runtime, no process of its tree on the host.
+      expect(await engine!.state(scope, leaseA)).toBe("gone");
+      expect(await processesMentioning(marker)).toEqual([]);
+      expect((await placementA.sleeper!.ended).type).not.toBe("timeout");
+
+      // Host B: another process, its own driver instance, fence connection and owner id, once A's fence expired.
+      scheduler.advance(Math.max(0, heldA.expiresAt + 1 - scheduler.now()));
       const sandboxB = engine!.open();
       let restored: string | null = null;
       const harnessB = new SandboxHarness(sandboxB, async (p) => {
@@ -136,25 +173,9 @@ describe.each(DRIVERS)("the runtime host on the real %s driver", (driver) => {
       expect(fenceB.acquired[0]!.ownerId).not.toBe(heldA.ownerId);
       const activeB = await parts.sqlFence.active({ scope, signal: never });
 
-      // The zombie still runs while B publishes (host A kills only once its in-flight commit has an answer,
-      // grace period or not): the fence alone keeps it out.
-      expect(await engine!.state(scope, leaseA)).toBe("running");
-      expect(await processesMentioning(marker)).not.toEqual([]);
-
+      // A's publication finally reaches the database: refused, the fence alone keeps it out.
       transit.deliver();
       expect(await transit.answer).toEqual({ type: "stale", reason: "superseded" });
-      const resultA = await runA;
-      expect(turns[1]).toEqual({ type: "rejected", reason: "lease_lost" });
-      expect(resultA).toMatchObject({ type: "lease_lost", generation: 1, cleanup: { compute: "terminated", orphanIds: [] } });
-      expect(steps(resultA)).toEqual(
-        expect.arrayContaining([
-          "publish:lease_lost",
-          "commit_turn:rejected",
-          "terminate_compute:ok",
-          "abort_outputs:ok",
-          "release_fence:lost",
-        ]),
-      );
 
       // B's pointers stand; A's second turn never became a revision.
       expect(await parts.sqlFence.active({ scope, signal: never })).toEqual(activeB);
@@ -164,11 +185,6 @@ describe.each(DRIVERS)("the runtime host on the real %s driver", (driver) => {
         [2, 2, "2:final:publish"],
         [1, 1, "1:turn:turn_1:publish"],
       ]);
-
-      // Hard-killed, as the engine itself reports: no runtime, no process of its tree on the host.
-      expect(await engine!.state(scope, leaseA)).toBe("gone");
-      expect(await processesMentioning(marker)).toEqual([]);
-      expect((await placementA.sleeper!.ended).type).not.toBe("timeout");
       expect(await engine!.state(scope, harnessB.runs[0]!.input.sandbox)).toBe("gone");
     });
 

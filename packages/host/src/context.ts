@@ -9,6 +9,15 @@
  * fence is acquired first and compute last, so unwinding in reverse
  * terminates (or suspends) compute, then releases output and workspace
  * bindings, and releases the fence at the very end, after compute is dead.
+ *
+ * After a lease loss or cancellation the run waits at most `abortGraceMs`
+ * for any port: a step still pending then is abandoned (it fails as the
+ * interruption), so cleanup, and with it the hard kill, is never held
+ * hostage by a call stuck on, say, the dead connection that broke the
+ * renewals. The abandoned call may still answer later; nothing it does can
+ * publish (the guards refuse every next step and the fence refuses a lost
+ * generation), whatever it acquires is undone at once (a closed cleanup
+ * stack runs late items immediately), and what it traces is dropped.
  */
 import {
   type ActivePublication,
@@ -51,13 +60,21 @@ export function describeError(err: unknown): string {
 export class Trace {
   readonly entries: TraceEntry[] = [];
   #secrets: string[] = [];
+  #sealed = false;
 
   /** Values that must never appear in a trace (the fence token). */
   redact(secret: string): void {
     this.#secrets.push(secret);
   }
 
+  /** The entries of a finished run. Later entries (an abandoned call answering late) are dropped, not appended to a returned result. */
+  seal(): TraceEntry[] {
+    this.#sealed = true;
+    return [...this.entries];
+  }
+
   add(step: StepName, status: StepStatus, detail?: string): void {
+    if (this.#sealed) return;
     const entry: TraceEntry = { step, status };
     if (detail !== undefined) entry.detail = redactSecrets(detail, this.#secrets, MAX_DETAIL_LENGTH);
     this.entries.push(entry);
@@ -66,20 +83,33 @@ export class Trace {
 
 type CleanupItem = (end: RunEnd) => Promise<void>;
 
-/** Last acquired, first released. Items trace and swallow their own failures. */
+/**
+ * Last acquired, first released. Items trace and swallow their own failures.
+ * Each item is popped before it runs, so nothing is undone twice; an item
+ * pushed while unwinding is undone by the same unwind, before the fence.
+ */
 export class CleanupStack {
   #items: CleanupItem[] = [];
+  #closedWith: RunEnd | null = null;
 
   get depth(): number {
     return this.#items.length;
   }
 
   push(item: CleanupItem): void {
-    this.#items.push(item);
+    // Acquired by an abandoned step that answered after cleanup: nobody will unwind it, so undo it now.
+    if (this.#closedWith) void item(this.#closedWith);
+    else this.#items.push(item);
   }
 
   async unwind(end: RunEnd, toDepth = 0): Promise<void> {
     while (this.#items.length > toDepth) await this.#items.pop()!(end);
+  }
+
+  /** The run's final cleanup: unwinds everything, and anything acquired later is undone at once. */
+  async close(end: RunEnd): Promise<void> {
+    await this.unwind(end);
+    this.#closedWith = end;
   }
 }
 
@@ -94,6 +124,10 @@ export class RunContext {
   active: ActivePublication | null;
   readonly #loss = new AbortController();
   readonly #external: AbortSignal;
+  /** Aborted when the transaction is over: the grace timer, if running, is no longer needed. */
+  readonly #over = new AbortController();
+  /** Rejects `abortGraceMs` after `signal` fired; never settles if the transaction ends first. */
+  readonly #graceOver: Promise<never>;
 
   constructor(
     readonly deps: ManagedRuntimeHostDeps,
@@ -108,6 +142,31 @@ export class RunContext {
     this.active = active;
     this.#external = external;
     this.signal = AbortSignal.any([held.signal, this.#loss.signal, external]);
+    // A signal already aborted here never fires: then every guard refuses before it calls a port, so nothing needs bounding.
+    this.#graceOver = new Promise<never>((_, reject) => {
+      const expire = () =>
+        deps.scheduler.sleep(timings.abortGraceMs, this.#over.signal).then(
+          () => reject(new Error(`no answer within ${timings.abortGraceMs} ms of the abort; abandoned for the hard kill`)),
+          () => {},
+        );
+      this.signal.addEventListener("abort", expire, { once: true, signal: this.#over.signal });
+    });
+    // Only the races below observe the expiry; with none pending it is no error.
+    this.#graceOver.catch(() => {});
+  }
+
+  /** The transaction returned (cleanup follows): stop the grace timer. */
+  endTransaction(): void {
+    this.#over.abort();
+  }
+
+  /**
+   * `work`, or a rejection once the grace period after an abort is over:
+   * the host stops waiting for a port that does not honour the abort.
+   * `work` keeps running; its late answer is ignored by the caller.
+   */
+  untilGrace<T>(work: Promise<T>): Promise<T> {
+    return Promise.race([work, this.#graceOver]);
   }
 
   get fence(): RuntimeResourceFence {
@@ -142,18 +201,23 @@ export class RunContext {
   }
 
   /**
-   * Runs one step: refuses to start after an interruption, and turns a
-   * thrown port error into a `failed` end (or `lease_lost`/`cancelled` when
-   * the throw was the port honouring our abort).
+   * Runs one step: refuses to start after an interruption, turns a thrown
+   * port error into a `failed` end (or `lease_lost`/`cancelled` when the
+   * throw was the port honouring our abort), and abandons the step as
+   * interrupted when it is still pending once the grace period after an
+   * abort is over. `boundsItsOwnWaits` is for `run_harness`, which gives
+   * the harness that grace itself and must stop its monitor and close its
+   * turn commits before it returns.
    */
-  async guard<T>(stage: StepName, fn: () => Promise<Step<T>>): Promise<Step<T>> {
+  async guard<T>(stage: StepName, fn: () => Promise<Step<T>>, opts: { boundsItsOwnWaits?: boolean } = {}): Promise<Step<T>> {
     const before = this.interruption(stage);
     if (before) {
       this.trace.add(stage, before.type);
       return fail(before);
     }
     try {
-      return await fn();
+      const step = fn();
+      return await (opts.boundsItsOwnWaits ? step : this.untilGrace(step));
     } catch (err) {
       const end: Interruption | Extract<RunEnd, { type: "failed" }> = this.interruption(stage) ?? {
         type: "failed",

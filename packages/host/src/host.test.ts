@@ -300,7 +300,8 @@ describe.each(BACKENDS)("ManagedRuntimeHost on %s", (dialect) => {
     rig.faults.arm("fence.renew", { type: "return", value: { type: "stale", reason: "superseded" } });
     rig.scheduler.advance(TEST_TIMINGS.renewEveryMs);
     await until(() => rig.faults.calls.includes("fence.renew"), "renewal");
-    await until(() => rig.sandbox.alive.length === 1 && rig.scheduler.pending.length === 0, "loss noticed");
+    // Renewals stopped; only the grace period runs, and the checkpoint answers within it.
+    await until(() => rig.sandbox.alive.length === 1 && rig.scheduler.pending.join() === String(TEST_TIMINGS.abortGraceMs), "loss noticed");
     hold.open();
     const result = await running;
     expect(steps(result)).toEqual([
@@ -332,6 +333,8 @@ describe.each(BACKENDS)("ManagedRuntimeHost on %s", (dialect) => {
     const result = await running;
     expect(result).toMatchObject({ type: "cancelled", stage: "run_harness" });
     expect(commit).toEqual({ type: "rejected", reason: "not_running" });
+    // The harness stopped within the grace period: its timer is gone with the run, nothing is left sleeping.
+    expect(rig.scheduler.pending).toEqual([]);
     expect(steps(result).slice(-6)).toEqual([
       "commit_turn:rejected",
       "run_harness:cancelled",

@@ -8,7 +8,9 @@
  *
  * Each step lives in `steps/` with a typed input and output and records
  * itself in the trace. A step that cannot continue returns how the run ends;
- * the cleanup stack then undoes exactly what was acquired, in reverse. The
+ * the cleanup stack then undoes exactly what was acquired, in reverse. After
+ * a lease loss or cancellation no step is waited for longer than
+ * `abortGraceMs`, so the hard kill comes on time even when a port hangs. The
  * failure behaviour is the seed's asymmetric table; see docs/runtime-host.md.
  */
 import { composeCapabilities, type ManagedRuntimeCapabilities } from "@openma/contract";
@@ -55,8 +57,11 @@ export class ManagedRuntimeHost {
     const ctx = new RunContext(deps, this.#timings, input.scope, planned.plan, trace, held, acquired.active, external);
     ctx.cleanup.push(() => releaseFence(ctx));
     const end = await transaction(ctx);
-    await ctx.cleanup.unwind(end);
-    return { ...end, generation: ctx.generation, cleanup: ctx.summary, trace: trace.entries };
+    ctx.endTransaction();
+    await ctx.cleanup.close(end);
+    // Copies: an abandoned call answering later must not change a result already handed out.
+    const cleanup = { compute: ctx.summary.compute, orphanIds: [...ctx.summary.orphanIds] };
+    return { ...end, generation: ctx.generation, cleanup, trace: trace.seal() };
   }
 }
 

@@ -91,7 +91,11 @@ export class TurnCommits {
     };
   }
 
-  /** No new commits from now on; resolves when the one in flight (if any) is done. */
+  /**
+   * No new commits from now on; resolves when the one in flight (if any) is
+   * done. After a lease loss or cancellation that is at most the grace
+   * period: a step still pending then is abandoned and the commit is refused.
+   */
   async close(): Promise<void> {
     this.#open = null;
     await this.#tail;

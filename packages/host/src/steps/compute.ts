@@ -85,9 +85,15 @@ async function restoreRuntimeCheckpoint(ctx: RunContext, workspace: WorkspaceCan
     return null;
   }
   try {
-    const result = await ctx.deps.runtimeCheckpoint!.restore({ scope: ctx.scope, fence: ctx.identity, ref, signal: ctx.signal });
+    const restoring = ctx.deps
+      .runtimeCheckpoint!.restore({ scope: ctx.scope, fence: ctx.identity, ref, signal: ctx.signal })
+      .then((result) => {
+        // Adopted even when the answer comes after the grace period: the (then closed) cleanup stack kills it at once.
+        if (result.type === "restored") adoptCompute(ctx, result.lease);
+        return result;
+      });
+    const result = await ctx.untilGrace(restoring);
     if (result.type === "restored") {
-      adoptCompute(ctx, result.lease);
       ctx.trace.add("restore_runtime_checkpoint", "ok", `${ref.checkpointId} -> ${result.lease.runtimeId}`);
       return result.lease;
     }
