@@ -18,6 +18,7 @@
  * reaper loop.
  */
 import { randomBytes } from "node:crypto";
+import { realpathSync } from "node:fs";
 import { chmod, mkdir, stat } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { hostname } from "node:os";
@@ -232,7 +233,8 @@ async function openDriver(options: RuntimeHostOptions, hostId: string, binds: { 
 
 /** The SDK's node_modules directory, bound read-only into sandboxes (its dependencies resolve from there). */
 function sdkNodeModules(): string {
-  const entry = createRequire(import.meta.url).resolve("@anthropic-ai/sdk");
+  // Real path: a bound symlink would point outside the sandbox (and the resolver does not always realpath under loaders).
+  const entry = realpathSync(createRequire(import.meta.url).resolve("@anthropic-ai/sdk"));
   let dir = dirname(entry);
   while (!dir.endsWith(`${"/"}node_modules`)) {
     const parent = dirname(dir);
