@@ -41,6 +41,8 @@ export interface AmaWorkerRunnerOptions {
   onLog?: (line: string, scope: RuntimeResourceScope) => void;
   /** Paces reconnects of the turn-boundary stream. */
   scheduler?: Scheduler;
+  /** The turn-boundary stream's fetch (default: the global one); tests wrap it to observe the wire. */
+  fetch?: typeof fetch;
 }
 
 const STDERR_TAIL = 8 * 1024;
@@ -86,7 +88,7 @@ export class AmaWorkerRunner implements HarnessRunner {
       // The process died before reading its launch message: `done` says why.
     }
     const watcher = watchTurnBoundaries(
-      this.#options.apiUrl,
+      this.#options,
       ticket,
       stopWatching.signal,
       (eventId) => input.commitTurn(eventId),
@@ -144,13 +146,19 @@ function lastLine(text: string): string {
  * event seen (Last-Event-ID), so a dropped stream misses no boundary.
  */
 async function watchTurnBoundaries(
-  apiUrl: string,
+  api: Pick<AmaWorkerRunnerOptions, "apiUrl" | "fetch">,
   ticket: WorkTicket,
   signal: AbortSignal,
   commit: (eventId: string) => Promise<unknown>,
   scheduler: Scheduler,
 ): Promise<void> {
-  const client = new Anthropic({ baseURL: apiUrl, apiKey: null, authToken: ticket.sessionsToken, maxRetries: 2 });
+  const client = new Anthropic({
+    baseURL: api.apiUrl,
+    apiKey: null,
+    authToken: ticket.sessionsToken,
+    maxRetries: 2,
+    ...(api.fetch ? { fetch: api.fetch } : {}),
+  });
   let lastId: string | undefined;
   while (!signal.aborted) {
     try {

@@ -140,22 +140,52 @@ export class WorkLoop {
     }
   }
 
-  /**
-   * After a crash the previous owner's fence lives until its TTL; the item
-   * was reclaimed sooner. Waiting for a fence that expires soon beats
-   * dropping the item and waiting for another reclaim.
-   */
   async #runWaitingOutStaleFence(ticket: WorkTicket): Promise<RuntimeRunResult> {
     const o = this.#options;
     const scope = scopeOf(ticket);
-    for (;;) {
-      const result = await o.host.run({ scope, profile: o.profile, signal: this.#stop.signal });
-      if (result.type !== "conflict") return result;
-      const wait = result.holderExpiresAt - o.scheduler.now() + 250;
-      if (wait > (o.maxConflictWaitMs ?? 60_000) || this.#stop.signal.aborted) return result;
-      o.logger.info({ session_id: ticket.sessionId, wait_ms: wait }, "waiting out a stale fence");
-      await o.scheduler.sleep(Math.max(0, wait), this.#stop.signal).catch(() => {});
-    }
+    return runWaitingOutStaleFence((signal) => o.host.run({ scope, profile: o.profile, signal }), o.scheduler, {
+      maxConflictWaitMs: o.maxConflictWaitMs ?? DEFAULT_MAX_CONFLICT_WAIT_MS,
+      signal: this.#stop.signal,
+      onWait: (waitMs) => o.logger.info({ session_id: ticket.sessionId, wait_ms: waitMs }, "waiting out a stale fence"),
+    });
+  }
+}
+
+/** How long a run waits for a crashed owner's fence by default. */
+export const DEFAULT_MAX_CONFLICT_WAIT_MS = 60_000;
+/** Retry just after the recorded expiry rather than exactly at it, so the old fence has surely lapsed. */
+const FENCE_EXPIRY_MARGIN_MS = 250;
+
+export interface StaleFenceWaitLimits {
+  /** A fence expiring further out than this is not waited for: the `conflict` is returned. */
+  maxConflictWaitMs: number;
+  /** Stops the waiting (and is handed to every run). */
+  signal: AbortSignal;
+  /** Called before each wait with its length. */
+  onWait?: (waitMs: number) => void;
+}
+
+/**
+ * After a crash the previous owner's fence lives until its TTL; the item
+ * was reclaimed sooner. Waiting for a fence that expires soon beats
+ * dropping the item and waiting for another reclaim. Returns the first
+ * result that is not a `conflict`, or the `conflict` that is not worth
+ * waiting for (too far out, or the signal aborted).
+ */
+export async function runWaitingOutStaleFence(
+  run: (signal: AbortSignal) => Promise<RuntimeRunResult>,
+  scheduler: Scheduler,
+  limits: StaleFenceWaitLimits,
+): Promise<RuntimeRunResult> {
+  for (;;) {
+    const result = await run(limits.signal);
+    if (result.type !== "conflict") return result;
+    const wait = result.holderExpiresAt - scheduler.now() + FENCE_EXPIRY_MARGIN_MS;
+    if (wait > limits.maxConflictWaitMs || limits.signal.aborted) return result;
+    limits.onWait?.(wait);
+    await scheduler.sleep(Math.max(0, wait), limits.signal).catch(() => {});
+    // Stopped while waiting: the conflict stands; a run started now would only be cancelled.
+    if (limits.signal.aborted) return result;
   }
 }
 
