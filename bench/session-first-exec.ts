@@ -28,13 +28,16 @@
  * archived (0 when archiving terminates a session's sandbox; otherwise they
  * live until their idle timeout or the server stops). Stopping the server
  * must leave none: the run fails if any remains.
+ *
+ * The server, the flow and the primitives are exported for
+ * bench/ama-worker-first-exec.ts (the same measurement for the ama_worker lane).
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import Anthropic from "@anthropic-ai/sdk";
 import { connectDocker, probeEngine, readImageManifest } from "@openma/driver-node-docker";
 import { type ScriptedModel, startScriptedModel } from "@openma/scripted-model";
@@ -45,17 +48,17 @@ import { engineRoundTrip } from "./docker-primitive.ts";
 
 const RUNS = Math.max(1, Math.min(1000, Number(process.argv[2] ?? 20) || 20));
 const WARMUP = Math.max(0, Math.min(100, Number(process.env.BENCH_WARMUP ?? 3) || 0));
-const DRIVERS = ["bubblewrap", "docker"] as const;
-type Driver = (typeof DRIVERS)[number];
+export const DRIVERS = ["bubblewrap", "docker"] as const;
+export type Driver = (typeof DRIVERS)[number];
 
-const MODEL_KEY = "sk-scripted-session-first-exec";
+export const MODEL_KEY = "sk-scripted-session-first-exec";
 /** A stuck session fails the run instead of hanging it. */
-const SESSION_DEADLINE_MS = 60_000;
-const BENCH_LABEL = { "openma.bench": "session-first-exec" };
+export const SESSION_DEADLINE_MS = 60_000;
+export const BENCH_LABEL = { "openma.bench": "session-first-exec" };
 const REPO_ROOT = fileURLToPath(new URL("..", import.meta.url));
 const CLI = join(REPO_ROOT, "apps/openma/src/cli.ts");
 
-const SCRIPT = [
+export const SCRIPT = [
   // First: after the tool result, the turn ends with text (so the session goes idle and can be archived).
   { match: { tool_result_for: "bash" }, response: "Done." },
   {
@@ -68,15 +71,38 @@ const SCRIPT = [
 type Flow = "tool" | "text";
 
 /** A running `openma serve` child process. */
-interface Serve {
+export interface Serve {
   client: Anthropic;
+  /** The admin key it was started with (a restart on the same data must present the same one). */
+  apiKey: string;
   dataDir: string;
+  /** The last lines the child wrote (stdout and stderr: its structured logs), for a failure's diagnosis. */
+  output(): string;
   stop(): Promise<void>;
 }
 
-async function startServe(driver: Driver, dialect: Dialect, model: ScriptedModel, pg: TestStorage | null): Promise<Serve> {
-  const dataDir = await mkdtemp(join(tmpdir(), "openma-bench-serve-"));
-  const apiKey = `sk-bench-${randomBytes(16).toString("hex")}`;
+/** How much of a child's latest output a `Serve` keeps. */
+const OUTPUT_TAIL = 16_384;
+
+export interface ServeOptions {
+  /** Start on this data dir, which the caller owns (kept on stop); default a fresh one removed on stop. */
+  dataDir?: string;
+  apiKey?: string;
+  /** Added to the child's environment (e.g. the runtime host's variables; secrets belong here, never in argv). */
+  env?: Record<string, string>;
+}
+
+export async function startServe(
+  driver: Driver,
+  dialect: Dialect,
+  model: ScriptedModel,
+  pg: TestStorage | null,
+  options: ServeOptions = {},
+): Promise<Serve> {
+  const ownDataDir = options.dataDir === undefined;
+  const dataDir = options.dataDir ?? (await mkdtemp(join(tmpdir(), "openma-bench-serve-")));
+  const apiKey = options.apiKey ?? `sk-bench-${randomBytes(16).toString("hex")}`;
+  const removeDataDir = () => (ownDataDir ? rm(dataDir, { recursive: true, force: true }) : Promise.resolve());
   // Secrets go through the environment, never argv.
   const child = spawn(process.execPath, ["--import", "tsx", CLI, "serve"], {
     cwd: REPO_ROOT,
@@ -95,22 +121,31 @@ async function startServe(driver: Driver, dialect: Dialect, model: ScriptedModel
       // Empty means unset (loadConfig drops empty values): a DATABASE_URL from the caller's shell must not leak in.
       DATABASE_URL: dialect === "postgres" ? (pg?.databaseUrl ?? "") : "",
       OPENMA_PG_SCHEMA: dialect === "postgres" ? (pg?.pgSchema ?? "") : "",
+      ...options.env,
     },
     stdio: ["ignore", "pipe", "pipe"],
   });
+  let tail = "";
+  const keep = (chunk: Buffer | string) => {
+    tail = (tail + chunk.toString()).slice(-OUTPUT_TAIL);
+  };
+  child.stdout?.on("data", keep);
+  child.stderr?.on("data", keep);
   try {
     const baseURL = await listeningUrl(child);
     return {
       client: new Anthropic({ baseURL, apiKey, maxRetries: 0 }),
+      apiKey,
       dataDir,
+      output: () => tail,
       stop: async () => {
         await stopChild(child);
-        await rm(dataDir, { recursive: true, force: true });
+        await removeDataDir();
       },
     };
   } catch (err) {
     await stopChild(child);
-    await rm(dataDir, { recursive: true, force: true });
+    await removeDataDir();
     throw err;
   }
 }
@@ -144,7 +179,7 @@ async function stopChild(child: ChildProcess): Promise<void> {
  * Milliseconds from just before `sessions.create` to the event that ends `flow` on the session's SSE stream:
  * the `agent.tool_result` of the `bash` tool_use, or the `agent.message`. The session is archived once idle.
  */
-async function sessionOnce(client: Anthropic, agent: string, env: string, flow: Flow): Promise<number> {
+export async function sessionOnce(client: Anthropic, agent: string, env: string, flow: Flow): Promise<number> {
   const t0 = performance.now();
   const session = await client.beta.sessions.create({ agent, environment_id: env });
   const stream = await client.beta.sessions.events.stream(session.id, undefined, { signal: AbortSignal.timeout(SESSION_DEADLINE_MS) });
@@ -174,15 +209,15 @@ async function sessionOnce(client: Anthropic, agent: string, env: string, flow: 
 }
 
 /** The raw primitive of one driver: `run` returns one sample in ms. */
-interface Primitive {
+export interface Primitive {
   name: string;
   run(): Promise<number>;
   close(): Promise<void>;
 }
 
-type DockerClient = ReturnType<typeof connectDocker>;
+export type DockerClient = ReturnType<typeof connectDocker>;
 
-async function openPrimitive(driver: Driver, docker: DockerClient, image: string): Promise<Primitive> {
+export async function openPrimitive(driver: Driver, docker: DockerClient, image: string): Promise<Primitive> {
   if (driver === "bubblewrap") {
     const raw = await openRawBwrap();
     return { name: "bwrap … true", run: () => raw.run(), close: () => raw.close() };
@@ -198,22 +233,22 @@ async function openPrimitive(driver: Driver, docker: DockerClient, image: string
 }
 
 /** A server's running sandboxes, and the handles (container ids or pids) that remove them. */
-interface Live {
+export interface Live {
   sandboxes: number;
   handles: string[];
 }
 
 /**
- * Sandboxes of one server still running: Docker containers labelled with its environment, or bwrap processes
- * whose command line binds a session workspace under its data dir (one sandbox is several bwrap processes,
- * so those count once per workspace).
+ * Sandboxes of one server still running: Docker containers labelled with the environment, or bwrap processes
+ * whose command line binds a workspace under `workspaceRoot` (`<data dir>/workspaces` for `openma serve`'s
+ * sandboxes; one sandbox is several bwrap processes, so those count once per workspace directory).
  */
-async function liveSandboxes(driver: Driver, docker: DockerClient, envId: string, dataDir: string): Promise<Live> {
+export async function liveSandboxes(driver: Driver, docker: DockerClient, envId: string, workspaceRoot: string): Promise<Live> {
   if (driver === "docker") {
     const ids = (await docker.listContainers({ all: true, filters: { label: [`openma.environment=${envId}`] } })).map((c) => c.Id);
     return { sandboxes: ids.length, handles: ids };
   }
-  const marker = `${dataDir}/workspaces/`;
+  const marker = `${workspaceRoot}/`;
   const sessions = new Set<string>();
   const pids: string[] = [];
   for (const pid of await readdir("/proc")) {
@@ -228,7 +263,7 @@ async function liveSandboxes(driver: Driver, docker: DockerClient, envId: string
 }
 
 /** Leaves nothing behind when the server did not: the handles come from `liveSandboxes` of this run's server. */
-async function removeSandboxes(driver: Driver, docker: DockerClient, ids: string[]): Promise<void> {
+export async function removeSandboxes(driver: Driver, docker: DockerClient, ids: string[]): Promise<void> {
   for (const id of ids) {
     if (driver === "docker")
       await docker
@@ -284,7 +319,7 @@ async function measure(serve: Serve, driver: Driver, docker: DockerClient, image
   } finally {
     await primitive.close();
   }
-  return { ...samples, aliveAfterArchive: (await liveSandboxes(driver, docker, envId, serve.dataDir)).sandboxes };
+  return { ...samples, aliveAfterArchive: (await liveSandboxes(driver, docker, envId, join(serve.dataDir, "workspaces"))).sandboxes };
 }
 
 async function benchOne(dialect: Dialect, driver: Driver, model: ScriptedModel, docker: DockerClient, image: string): Promise<Row> {
@@ -300,7 +335,7 @@ async function benchOne(dialect: Dialect, driver: Driver, model: ScriptedModel, 
       (error: unknown) => ({ ok: false as const, error }),
     );
     await serve.stop();
-    const left = await liveSandboxes(driver, docker, envId, serve.dataDir);
+    const left = await liveSandboxes(driver, docker, envId, join(serve.dataDir, "workspaces"));
     await removeSandboxes(driver, docker, left.handles);
     if (!outcome.ok) throw outcome.error;
     if (left.sandboxes > 0) throw new Error(`${left.sandboxes} ${driver} sandbox(es) outlived their server (removed now)`);
@@ -314,13 +349,13 @@ function quantile(sorted: number[], q: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? Number.NaN;
 }
 
-function summary(xs: number[]): { p50: number; p95: number } {
+export function summary(xs: number[]): { p50: number; p95: number } {
   const sorted = [...xs].sort((a, b) => a - b);
   return { p50: quantile(sorted, 0.5), p95: quantile(sorted, 0.95) };
 }
 
 /** Removes the primitive's containers should a failed run have left any (they carry the bench label). */
-async function removeBenchContainers(docker: DockerClient): Promise<void> {
+export async function removeBenchContainers(docker: DockerClient): Promise<void> {
   const left = await docker.listContainers({ all: true, filters: { label: [`openma.bench=${BENCH_LABEL["openma.bench"]}`] } });
   await Promise.all(
     left.map((c) =>
@@ -374,7 +409,10 @@ async function main(): Promise<void> {
   console.log("\nRatios use p50s. Host and model-only sessions are new each time; each is archived once idle, outside the timed span.");
 }
 
-main().catch((err: Error) => {
-  console.error(err);
-  process.exit(1);
-});
+// Run only as a script: bench/ama-worker-first-exec.ts imports the pieces above.
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  main().catch((err: Error) => {
+    console.error(err);
+    process.exit(1);
+  });
+}
