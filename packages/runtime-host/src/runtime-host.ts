@@ -26,12 +26,14 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { ManagedRuntimeProfile, ManagedSandboxPort, SandboxProcessPort } from "@openma/contract";
 import {
+  collectRuntimeGarbage,
   FsCheckpointWorkspace,
   FsSessionOutputs,
   type HostTimings,
   ManagedRuntimeHost,
   RuntimeReaper,
   type RuntimeRunResult,
+  sqlFenceScopes,
   sqlRuntimePorts,
 } from "@openma/host";
 import { type Storage, sha256Hex, systemClock } from "@openma/storage";
@@ -77,6 +79,12 @@ export interface RuntimeHostOptions {
   imageManifest?: string;
   scheduler?: Scheduler;
   reapIntervalMs?: number;
+  /**
+   * Candidate GC on the reaper's schedule: superseded workspace checkpoints and output manifests (and
+   * chunks no retained manifest references) beyond `keepPrevious` per session, never younger than
+   * `graceMs`. Default: hourly, keep 3, 1 h grace. `false` leaves GC to an operator task.
+   */
+  gc?: { intervalMs: number; keepPrevious: number; graceMs: number } | false;
   onResult?: (ticket: WorkTicket, result: RuntimeRunResult) => void;
 }
 
@@ -100,6 +108,7 @@ interface DriverParts {
 }
 
 const HOST_LABEL = "openma.runtime-host";
+const DEFAULT_GC = { intervalMs: 3_600_000, keepPrevious: 3, graceMs: 3_600_000 };
 
 export async function startRuntimeHost(options: RuntimeHostOptions): Promise<RunningRuntimeHost> {
   const scheduler = options.scheduler ?? realScheduler;
@@ -148,11 +157,28 @@ export async function startRuntimeHost(options: RuntimeHostOptions): Promise<Run
     newOwnerId: () => `rh-${hostId}-${randomBytes(6).toString("hex")}`,
     timings: options.timings,
   });
+  const gc = options.gc === undefined ? DEFAULT_GC : options.gc;
   const reaper = new RuntimeReaper({
     orphans,
     reaper: parts.sandbox,
     scheduler,
     intervalMs: options.reapIntervalMs ?? 30_000,
+    gc: gc
+      ? {
+          intervalMs: gc.intervalMs,
+          run: async (signal) => {
+            const report = await collectRuntimeGarbage({
+              fences,
+              scopes: sqlFenceScopes(options.storage.db),
+              store: options.storage.blobs,
+              policy: { keepPrevious: gc.keepPrevious, graceMs: gc.graceMs },
+              now: scheduler.now(),
+              signal,
+            });
+            options.logger.info({ scopes: report.scopes, blobs: report.blobs }, "runtime candidate GC");
+          },
+        }
+      : undefined,
     onError: (err) => options.logger.warn({ err: String(err) }, "orphan reaping failed"),
   });
   reaper.start();
