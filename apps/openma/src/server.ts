@@ -17,6 +17,7 @@ import { ensureAdminKey } from "./admin-key.ts";
 import type { ServerConfig } from "./config.ts";
 import { startConfiguredRuntimeHost } from "./runtime-host.ts";
 import { type AvailabilityProbes, openServeSandboxes, type ServeSandboxes } from "./sandbox.ts";
+import { followSessionClosures, type SessionClosures } from "./session-closures.ts";
 import { VERSION } from "./version.ts";
 
 export interface RunningServer {
@@ -106,6 +107,7 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
         probes: opts.sandboxProbes,
       }).catch(async (err: unknown) => {
         await brain?.worker.stop();
+        brain?.closures.stop();
         await brain?.sandboxes.close();
         server.close();
         throw err;
@@ -129,6 +131,8 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
         // Running turns go back to pending so another process resumes them at once.
         await brain?.worker.stop();
         // Then the sessions' sandboxes (their workspaces stay on disk).
+        brain?.closures.stop();
+        await brain?.closures.settled();
         await brain?.sandboxes.close();
         if (!opts.storage) await storage.close();
       })();
@@ -146,6 +150,8 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
 interface Brain {
   worker: ExecutionWorker;
   sandboxes: ServeSandboxes;
+  /** Releases sandboxes of sessions archived or deleted through another server. */
+  closures: SessionClosures;
 }
 
 async function startBrain(config: ServerConfig, deps: ApiDeps, probes: AvailabilityProbes | undefined): Promise<Brain | null> {
@@ -174,7 +180,8 @@ async function startBrain(config: ServerConfig, deps: ApiDeps, probes: Availabil
     abortOnInterrupt: false,
   });
   worker.start();
-  return { worker, sandboxes };
+  const closures = followSessionClosures({ storage: deps.storage, sandboxes, logger: deps.logger });
+  return { worker, sandboxes, closures };
 }
 
 /**

@@ -29,12 +29,16 @@ export interface ApiDeps {
   /**
    * Called after an archive or delete of a session committed, before the
    * response, so this process lets go at once of what it holds for the session
-   * (`openma serve`: its sandbox). In-process only: another server sharing the
-   * database is not told, and its idle timer stays the backstop. A failure is
-   * logged and never fails the request, which has already committed.
+   * (`openma serve`: its sandbox). Other processes sharing the database learn
+   * it from a `SESSIONS_CLOSED_TOPIC` wake-up on the change bus (no payload:
+   * they re-check the sessions they hold). A failure is logged and never fails
+   * the request, which has already committed.
    */
   onSessionClosed?: SessionClosedHook;
 }
+
+/** Published on the change bus after a session is archived or deleted. */
+export const SESSIONS_CLOSED_TOPIC = "sessions:closed";
 
 export type SessionClosedHook = (sessionId: string, why: "archived" | "deleted") => void | Promise<void>;
 

@@ -13,7 +13,7 @@ import { Hono } from "hono";
 import { type Kysely, sql, type Transaction } from "kysely";
 import { z } from "zod";
 import { assertSessionScope, requireCredential } from "../auth.ts";
-import type { AppEnv } from "../context.ts";
+import { type AppEnv, SESSIONS_CLOSED_TOPIC } from "../context.ts";
 import { badRequest, notFound } from "../errors.ts";
 import { appendEvents, lockSession, notifySession } from "../event-log.ts";
 import { decodeCursor, encodeCursor, pageOf, pageQuery } from "../pagination.ts";
@@ -387,9 +387,16 @@ async function archiveSession(c: Context<AppEnv>, id: string): Promise<Session> 
   return result.session;
 }
 
-/** Runs the `onSessionClosed` hook; like the notifications, a failure must not fail a committed request. */
+/**
+ * Tells this process (the `onSessionClosed` hook) and every other process sharing the database (the
+ * `SESSIONS_CLOSED_TOPIC` wake-up) that a session is gone. Like the notifications, a failure must not
+ * fail a committed request.
+ */
 async function sessionClosed(c: Context<AppEnv>, sessionId: string, why: "archived" | "deleted"): Promise<void> {
   const deps = c.get("deps");
+  await deps.storage.bus.publish(SESSIONS_CLOSED_TOPIC).catch((err: unknown) => {
+    deps.logger.warn({ err: err instanceof Error ? err.message : String(err), session_id: sessionId }, "session close notification failed");
+  });
   if (!deps.onSessionClosed) return;
   try {
     await deps.onSessionClosed(sessionId, why);
