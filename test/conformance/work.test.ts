@@ -13,7 +13,8 @@ import { BACKENDS, openTestStorage, type TestStorage } from "@openma/storage/tes
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { loadConfig } from "../../apps/openma/src/config.ts";
 import { type RunningServer, startServer } from "../../apps/openma/src/server.ts";
-import { ensureSessionWork, notifyWork, workTopic } from "../../packages/api/src/work-queue.ts";
+import { ensureSessionWork } from "../../packages/api/src/session-work.ts";
+import { notifyWork, workTopic } from "../../packages/api/src/work-queue.ts";
 import { TEST_API_KEY } from "../support/server.ts";
 
 const TTL_SECONDS = 60;

@@ -1,19 +1,15 @@
-/** The work queue below the HTTP layer: long-poll waiting, race-free enqueue, claims and lease CAS. */
-import { ManualClock, newId } from "@openma/storage";
+/**
+ * The work queue below the HTTP layer: long-poll waiting, race-free enqueue,
+ * claims, lease CAS, and the sweep of stopping items whose holder vanished.
+ */
+import { ManualClock, newId, toIso } from "@openma/storage";
 import { BACKENDS, openTestStorage, type TestStorage } from "@openma/storage/testing";
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { type ApiDeps, silentLogger } from "./context.ts";
 import { ApiError } from "./errors.ts";
-import {
-  ackWork,
-  claimWork,
-  ensureSessionWork,
-  heartbeatWork,
-  NO_HEARTBEAT,
-  stopSessionWork,
-  stopWork,
-  waitForWork,
-} from "./work-queue.ts";
+import { appendEvents } from "./event-log.ts";
+import { ensureSessionWork, stopSessionWork } from "./session-work.ts";
+import { ackWork, claimWork, heartbeatWork, NO_HEARTBEAT, queueStats, stopWork, waitForWork, workTopic } from "./work-queue.ts";
 
 describe("waitForWork", () => {
   afterEach(() => {
@@ -179,5 +175,129 @@ describe.each(BACKENDS)("work queue on %s", (dialect) => {
     // Omitting the expectation beats against the current value.
     const third = await heartbeatWork(deps, environmentId, workId, { expected: undefined, desiredTtlSeconds: 5 });
     expect(third).toMatchObject({ lease_extended: true, state: "active", ttl_seconds: 5 });
+  });
+
+  describe("stopping items whose holder vanished", () => {
+    const TTL_MS = 30_000; // deps.workTtlSeconds
+    const claimOpts = { reclaimOlderThanMs: 5000, workerId: "w" };
+
+    /** A session row as the sessions routes would have created it (the requeue reads its status and log). */
+    async function newSession(environmentId: string): Promise<string> {
+      const id = newId("sesn");
+      const now = toIso(clock.now());
+      await store.storage.db
+        .insertInto("sessions")
+        .values({
+          id,
+          agent_id: "agent_test",
+          agent_version: 1,
+          environment_id: environmentId,
+          status: "running",
+          body: "{}",
+          last_seq: 0,
+          created_at: now,
+          updated_at: now,
+          archived_at: null,
+        })
+        .execute();
+      return id;
+    }
+
+    /** A user message, then the enqueue the events route does for it. */
+    async function say(environmentId: string, sessionId: string, text: string) {
+      await appendEvents(deps, sessionId, [{ type: "user.message", fields: { content: [{ type: "text", text }] }, dedupeKey: null }]);
+      return store.storage.db.transaction().execute((trx) => ensureSessionWork(trx, deps, environmentId, sessionId));
+    }
+
+    /** A session with a message whose item a worker claimed, acked and heartbeat (its lease runs TTL_MS from now). */
+    async function heldSession(environmentId: string) {
+      const sessionId = await newSession(environmentId);
+      const { workId } = await say(environmentId, sessionId, "first");
+      const claimed = await claimWork(deps, environmentId, claimOpts);
+      expect(claimed?.row.id).toBe(workId);
+      await ackWork(deps, environmentId, workId);
+      const beat = await heartbeatWork(deps, environmentId, workId, { expected: NO_HEARTBEAT, desiredTtlSeconds: undefined });
+      expect(beat).toMatchObject({ lease_extended: true, ttl_seconds: TTL_MS / 1000 });
+      return { sessionId, workId, beat };
+    }
+
+    const itemOf = (workId: string) =>
+      store.storage.db.selectFrom("work_items").select(["state", "stopped_at"]).where("id", "=", workId).executeTakeFirstOrThrow();
+
+    it("stops the item once its lease has run out, not before, and enqueues the input it did not serve", async () => {
+      const environmentId = newId("env");
+      const held = await heldSession(environmentId);
+      // Input lands while the item is held (it stays the live item), then the session is interrupted.
+      expect(await say(environmentId, held.sessionId, "while held")).toEqual({ workId: held.workId, created: false });
+      await store.storage.db.transaction().execute((trx) => stopSessionWork(trx, deps, held.sessionId, { force: false }));
+      // The holder dies here: no further heartbeat, no stop.
+
+      clock.advance(TTL_MS - 1);
+      expect(await claimWork(deps, environmentId, claimOpts)).toBeNull();
+      expect(await queueStats(deps, environmentId)).toMatchObject({ depth: 0 });
+      expect(await itemOf(held.workId)).toEqual({ state: "stopping", stopped_at: null });
+
+      clock.advance(1);
+      const next = await claimWork(deps, environmentId, claimOpts);
+      expect(await itemOf(held.workId)).toEqual({ state: "stopped", stopped_at: toIso(clock.now()) });
+      expect(next?.row).toMatchObject({ session_id: held.sessionId, state: "queued" });
+      expect(next?.row.id).not.toBe(held.workId);
+      // The dead holder's last beat now only reports the stop.
+      expect(
+        await heartbeatWork(deps, environmentId, held.workId, { expected: held.beat.last_heartbeat, desiredTtlSeconds: undefined }),
+      ).toMatchObject({ lease_extended: false, state: "stopped" });
+    });
+
+    it("leaves the stopping item of a holder whose lease still runs to that holder", async () => {
+      const environmentId = newId("env");
+      const dead = await heldSession(environmentId);
+      clock.advance(TTL_MS / 2);
+      const live = await heldSession(environmentId);
+      for (const { sessionId } of [dead, live]) {
+        await say(environmentId, sessionId, "while held");
+        await store.storage.db.transaction().execute((trx) => stopSessionWork(trx, deps, sessionId, { force: false }));
+      }
+
+      clock.advance(TTL_MS / 2);
+      // Stats sweep as well: the dead holder's session shows up as waiting work, the live one does not,
+      // and long-polling workers are woken for it.
+      const publish = vi.spyOn(store.storage.bus, "publish");
+      try {
+        expect(await queueStats(deps, environmentId)).toMatchObject({ depth: 1 });
+        expect(publish).toHaveBeenCalledWith(workTopic(environmentId));
+      } finally {
+        publish.mockRestore();
+      }
+      expect((await itemOf(dead.workId)).state).toBe("stopped");
+      expect((await itemOf(live.workId)).state).toBe("stopping");
+      expect((await liveItems(dead.sessionId)).map((i) => i.state)).toEqual(["queued"]);
+
+      // The live holder learns of the stop and stops its item itself, which requeues its session's input.
+      expect(
+        await heartbeatWork(deps, environmentId, live.workId, { expected: live.beat.last_heartbeat, desiredTtlSeconds: undefined }),
+      ).toMatchObject({
+        state: "stopping",
+      });
+      expect((await stopWork(deps, environmentId, live.workId, true)).state).toBe("stopped");
+      expect((await liveItems(live.sessionId)).map((i) => i.state)).toEqual(["queued"]);
+    });
+
+    it("gives an unacked hand-out the reclaim window, and enqueues nothing when the session needs no work", async () => {
+      const environmentId = newId("env");
+      const sessionId = await newSession(environmentId);
+      const { workId } = await say(environmentId, sessionId, "first");
+      expect((await claimWork(deps, environmentId, claimOpts))?.row.id).toBe(workId);
+      await stopWork(deps, environmentId, workId, false);
+      // The worker may still ack what it was handed, so its hand-out counts as held for the reclaim window.
+      clock.advance(claimOpts.reclaimOlderThanMs - 1);
+      expect(await claimWork(deps, environmentId, claimOpts)).toBeNull();
+      expect((await itemOf(workId)).state).toBe("stopping");
+
+      clock.advance(1);
+      expect(await claimWork(deps, environmentId, claimOpts)).toBeNull();
+      expect((await itemOf(workId)).state).toBe("stopped");
+      // The stop was asked for, and no input arrived after the item's watermark: nothing is owed.
+      expect(await liveItems(sessionId)).toEqual([]);
+    });
   });
 });

@@ -1,6 +1,9 @@
 /**
- * Work items of self-hosted environments: the queue, its leases and its state
- * machine (§2.4), as used by the Work API routes and by the sessions code.
+ * Work items of self-hosted environments as workers see them: the queue, its
+ * leases and its state machine (§2.4), as used by the Work API routes. The
+ * session side (enqueue, session and environment stops, the requeue a
+ * stopped item owes its session) is session-work.ts, which this module uses
+ * and which never imports it back.
  *
  * Every transition is one conditional UPDATE (`… WHERE <expected state> …
  * RETURNING`), so concurrent pollers, heartbeats and stops are decided by the
@@ -12,7 +15,7 @@ import { type ExpressionBuilder, type Kysely, sql, type Transaction } from "kyse
 import { SESSIONS_TOKEN_PREFIX } from "./auth.ts";
 import type { ApiDeps } from "./context.ts";
 import { ApiError, notFound, permanentConflict } from "./errors.ts";
-import { WORK_BEARING_TYPES } from "./schemas/events.ts";
+import { requeueUnserved } from "./session-work.ts";
 
 export type WorkState = "queued" | "starting" | "active" | "stopping" | "stopped";
 
@@ -26,6 +29,12 @@ export const WORKERS_POLLING_WINDOW_MS = 30_000;
 const POLLER_RETENTION_MS = 60 * 60_000;
 /** The literal the worker sends as `expected_last_heartbeat` on its first beat. */
 export const NO_HEARTBEAT = "NO_HEARTBEAT";
+
+/**
+ * Abandoned stopping items one poll or stats call finishes off: housekeeping
+ * stays bounded per request, and any rest waits for the next call.
+ */
+const SWEEP_BATCH = 10;
 
 const LIVE_HELD: WorkState[] = ["starting", "active"];
 
@@ -103,9 +112,76 @@ function claimable(eb: ExpressionBuilder<Database, "work_items">, now: string, r
 }
 
 /**
+ * A stopping item whose holder is gone, by the rules `claimable` uses to
+ * reclaim a live item: its lease ran out (a stopping item's heartbeats only
+ * report, they no longer extend it), or it was handed out and not acked
+ * before `reclaimCutoff`, or it was never handed out at all.
+ */
+function abandonedStopping(eb: ExpressionBuilder<Database, "work_items">, now: string, reclaimCutoff: string) {
+  return eb.and([
+    eb("state", "=", "stopping"),
+    eb.or([
+      eb("lease_expires_at", "<=", now),
+      eb.and([eb("lease_expires_at", "is", null), eb.or([eb("polled_at", "is", null), eb("polled_at", "<=", reclaimCutoff)])]),
+    ]),
+  ]);
+}
+
+/**
+ * Finishes off the environment's stopping items whose holder vanished. A
+ * stopping item is otherwise finished only by its holder's force stop or by
+ * the next enqueue for its session, so a crashed holder would leave it the
+ * session's live item, and the session without work, until new input came. Each item becomes `stopped` in its own
+ * transaction together with the requeue a force stop would do; the
+ * conditional UPDATE lets exactly one of concurrent sweepers (or the holder's
+ * own late stop) win. A failure is logged, never thrown: the poll or stats
+ * call this runs in must not fail on housekeeping.
+ */
+async function sweepAbandonedStopping(deps: ApiDeps, environmentId: string, nowMs: number, reclaimOlderThanMs: number): Promise<void> {
+  const { db } = deps.storage;
+  const now = toIso(nowMs);
+  const cutoff = toIso(nowMs - reclaimOlderThanMs);
+  try {
+    const abandoned = await db
+      .selectFrom("work_items")
+      .select("id")
+      .where("environment_id", "=", environmentId)
+      .where((eb) => abandonedStopping(eb, now, cutoff))
+      .orderBy("created_at")
+      .orderBy("id")
+      .limit(SWEEP_BATCH)
+      .execute();
+    let requeuedAny = false;
+    for (const { id } of abandoned) {
+      const swept = await db.transaction().execute(async (trx) => {
+        const row = await trx
+          .updateTable("work_items")
+          .set({ state: "stopped", stopped_at: now, lease_expires_at: null })
+          .where("id", "=", id)
+          .where((eb) => abandonedStopping(eb, now, cutoff))
+          .returningAll()
+          .executeTakeFirst();
+        return row ? { row, requeued: await requeueUnserved(trx, deps, row) } : null;
+      });
+      if (!swept) continue;
+      requeuedAny ||= swept.requeued !== null;
+      deps.logger.info(
+        { environment_id: environmentId, work_id: id, session_id: swept.row.session_id, requeued_work_id: swept.requeued?.workId ?? null },
+        "stopped a stopping work item whose holder is gone",
+      );
+    }
+    if (requeuedAny) await notifyWork(deps, environmentId);
+  } catch (err) {
+    deps.logger.warn({ err: (err as Error).message, environment_id: environmentId }, "sweeping abandoned stopping work items failed");
+  }
+}
+
+/**
  * Hands out the oldest claimable item with a fresh sessions token. Handing an
  * item out again (reclaim) rotates the token, which fences the previous
  * holder out at once, and resets its lease so the new holder starts clean.
+ * Stopping items whose holder vanished are finished off first, so work they
+ * owe their session is among the candidates.
  */
 export async function claimWork(
   deps: ApiDeps,
@@ -116,6 +192,7 @@ export async function claimWork(
   const nowMs = deps.clock.now();
   const now = toIso(nowMs);
   const cutoff = toIso(nowMs - opts.reclaimOlderThanMs);
+  await sweepAbandonedStopping(deps, environmentId, nowMs, opts.reclaimOlderThanMs);
   // A candidate taken by a concurrent poll fails its conditional UPDATE; try the next ones.
   for (let round = 0; round < 3; round++) {
     const candidates = await db
@@ -405,13 +482,15 @@ export interface QueueStats {
 /**
  * `depth`: items a default poll would hand out now (waiting, including
  * abandoned hand-outs and expired leases); `pending`: handed out within the
- * default reclaim window and not yet acked.
+ * default reclaim window and not yet acked. Sweeps abandoned stopping items
+ * first (as a default poll would), so `depth` counts the work they owe.
  */
 export async function queueStats(deps: ApiDeps, environmentId: string): Promise<QueueStats> {
   const { db } = deps.storage;
   const nowMs = deps.clock.now();
   const now = toIso(nowMs);
   const cutoff = toIso(nowMs - DEFAULT_RECLAIM_MS);
+  await sweepAbandonedStopping(deps, environmentId, nowMs, DEFAULT_RECLAIM_MS);
   const waiting = await db
     .selectFrom("work_items")
     .select((eb) => [eb.fn.countAll<number>().as("n"), eb.fn.min<string | null>("created_at").as("oldest")])
@@ -438,168 +517,4 @@ export async function queueStats(deps: ApiDeps, environmentId: string): Promise<
     oldest_queued_at: waiting.oldest ?? null,
     workers_polling: Number(workers.n),
   };
-}
-
-/**
- * Ensures one live (non-stopped) work item exists for the session, inside the
- * caller's transaction. The partial unique index `work_items_live_session`
- * makes this race-free: of two concurrent enqueues one inserts and the other
- * finds that item. A `stopping` item nobody holds any more (never acked, or
- * its lease ran out) is finished off first, since no worker will ever stop it.
- * The caller publishes `notifyWork` after commit when `created`.
- */
-export async function ensureSessionWork(
-  trx: Transaction<Database>,
-  deps: ApiDeps,
-  environmentId: string,
-  sessionId: string,
-): Promise<{ workId: string; created: boolean }> {
-  const now = toIso(deps.clock.now());
-  await trx
-    .updateTable("work_items")
-    .set({ state: "stopped", stopped_at: now, lease_expires_at: null })
-    .where("session_id", "=", sessionId)
-    .where("state", "=", "stopping")
-    .where((eb) => eb.or([eb("lease_expires_at", "is", null), eb("lease_expires_at", "<=", now)]))
-    .execute();
-  const workId = deps.ids("work");
-  const head = await sessionHead(trx, sessionId);
-  const inserted = await trx
-    .insertInto("work_items")
-    .values({
-      id: workId,
-      environment_id: environmentId,
-      session_id: sessionId,
-      data: JSON.stringify({ type: "session", id: sessionId }),
-      state: "queued",
-      metadata: "{}",
-      created_at: now,
-      acknowledged_at: null,
-      started_at: null,
-      latest_heartbeat_at: null,
-      last_heartbeat: null,
-      stop_requested_at: null,
-      stopped_at: null,
-      polled_at: null,
-      polled_by: null,
-      lease_expires_at: null,
-      ttl_seconds: deps.workTtlSeconds,
-      token_hash: null,
-      served_seq: head,
-    })
-    .onConflict((oc) => oc.doNothing())
-    .returning("id")
-    .executeTakeFirst();
-  if (inserted) return { workId: inserted.id, created: true };
-  const live = await trx
-    .selectFrom("work_items")
-    .select("id")
-    .where("session_id", "=", sessionId)
-    .where("state", "!=", "stopped")
-    .executeTakeFirstOrThrow();
-  // An item nobody has acked yet will read the whole log when it starts, so it serves this input too.
-  // A started item may already be past its last read (idle timeout, teardown): its watermark stays.
-  await trx
-    .updateTable("work_items")
-    .set({ served_seq: head })
-    .where("id", "=", live.id)
-    .where("state", "=", "queued")
-    .where("served_seq", "<", head)
-    .execute();
-  return { workId: live.id, created: false };
-}
-
-/** The session's log head inside the caller's transaction (0 for a session that does not exist). */
-async function sessionHead(trx: Transaction<Database>, sessionId: string): Promise<number> {
-  const row = await trx.selectFrom("sessions").select("last_seq").where("id", "=", sessionId).executeTakeFirst();
-  return row?.last_seq ?? 0;
-}
-
-/**
- * Closes the stopping-item gap: a user event that arrived while a worker still
- * held its (stopping, or about to stop) item found that item live and got no
- * new one. When the item reaches `stopped`, enqueue a new item if the session
- * has work-bearing input after the item's watermark that no ending idle has
- * answered since. Runs in the stopping transaction; the caller notifies.
- */
-async function requeueUnserved(
-  trx: Transaction<Database>,
-  deps: ApiDeps,
-  stopped: WorkItemRow,
-): Promise<{ environmentId: string; workId: string } | null> {
-  if (!stopped.session_id) return null;
-  const session = await trx
-    .selectFrom("sessions")
-    .select(["id", "status", "archived_at"])
-    .where("id", "=", stopped.session_id)
-    .executeTakeFirst();
-  if (!session || session.archived_at || session.status === "terminated") return null;
-  const latest = await trx
-    .selectFrom("session_events")
-    .select((eb) => eb.fn.max<number | null>("seq").as("seq"))
-    .where("session_id", "=", session.id)
-    .where("type", "in", [...WORK_BEARING_TYPES])
-    .where("seq", ">", stopped.served_seq ?? 0)
-    .executeTakeFirst();
-  const inputSeq = latest?.seq == null ? null : Number(latest.seq);
-  if (inputSeq === null) return null;
-  const idles = await trx
-    .selectFrom("session_events")
-    .select("body")
-    .where("session_id", "=", session.id)
-    .where("type", "=", "session.status_idle")
-    .where("seq", ">", inputSeq)
-    .execute();
-  const answered = idles.some((e) => (JSON.parse(e.body) as { stop_reason?: { type?: string } }).stop_reason?.type !== "requires_action");
-  if (answered) return null;
-  const next = await ensureSessionWork(trx, deps, stopped.environment_id, session.id);
-  return next.created ? { environmentId: stopped.environment_id, workId: next.workId } : null;
-}
-
-/**
- * Moves the session's live work item to `stopping` (graceful) or `stopped`
- * (force). A graceful stop of an item no worker has been handed yet stops it
- * outright: there is nobody to tell.
- */
-export async function stopSessionWork(
-  trx: Transaction<Database>,
-  deps: ApiDeps,
-  sessionId: string,
-  opts: { force: boolean },
-): Promise<void> {
-  const now = toIso(deps.clock.now());
-  const stopped = {
-    state: "stopped",
-    stopped_at: now,
-    stop_requested_at: sql<string>`coalesce(stop_requested_at, ${now})`,
-    lease_expires_at: null,
-  };
-  if (opts.force) {
-    await trx.updateTable("work_items").set(stopped).where("session_id", "=", sessionId).where("state", "!=", "stopped").execute();
-    return;
-  }
-  await trx
-    .updateTable("work_items")
-    .set(stopped)
-    .where("session_id", "=", sessionId)
-    .where("state", "=", "queued")
-    .where("polled_at", "is", null)
-    .execute();
-  await trx
-    .updateTable("work_items")
-    .set({ state: "stopping", stop_requested_at: now })
-    .where("session_id", "=", sessionId)
-    .where("state", "in", ["queued", "starting", "active"])
-    .execute();
-}
-
-/** Force-stops every live item of an environment (environment deletion). */
-export async function stopEnvironmentWork(trx: Transaction<Database>, deps: ApiDeps, environmentId: string): Promise<void> {
-  const now = toIso(deps.clock.now());
-  await trx
-    .updateTable("work_items")
-    .set({ state: "stopped", stopped_at: now, stop_requested_at: sql<string>`coalesce(stop_requested_at, ${now})`, lease_expires_at: null })
-    .where("environment_id", "=", environmentId)
-    .where("state", "!=", "stopped")
-    .execute();
 }

@@ -21,9 +21,9 @@ import {
   parseMetadataPatch,
   resolveConfig,
 } from "../schemas/environment.ts";
+import { stopEnvironmentWork } from "../session-work.ts";
 import { fromJson, newIdFor, nowIso, pathId } from "../util.ts";
 import { applyMetadataPatch, parseJsonBody, parseQuery } from "../validate.ts";
-import { stopEnvironmentWork } from "../work-queue.ts";
 
 export type { Environment } from "../schemas/environment.ts";
 

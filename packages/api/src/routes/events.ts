@@ -23,11 +23,11 @@ import {
   sendEventsSchema,
   WORK_BEARING_TYPES,
 } from "../schemas/events.ts";
+import { ensureSessionWork } from "../session-work.ts";
 import { type SseChannel, sseResponse } from "../sse.ts";
 import { limitBody } from "../uploads.ts";
 import { fromJson, pathId } from "../util.ts";
 import { parseJsonBody, parseQuery, queryArray } from "../validate.ts";
-import { ensureSessionWork } from "../work-queue.ts";
 import {
   checkRubricFiles,
   EVENTS_BODY_LIMIT,

@@ -35,10 +35,11 @@ import {
   sessionListQuery,
   sessionUpdateSchema,
 } from "../schemas/session.ts";
+import { ensureSessionWork, stopSessionWork } from "../session-work.ts";
 import { limitBody, MB } from "../uploads.ts";
 import { fromJson, newIdFor, nowIso, pathId } from "../util.ts";
 import { parseJsonBody, parseQuery } from "../validate.ts";
-import { ensureSessionWork, notifyWork, stopSessionWork } from "../work-queue.ts";
+import { notifyWork } from "../work-queue.ts";
 import { loadAgent } from "./agents.ts";
 
 type Db = Kysely<Database> | Transaction<Database>;
