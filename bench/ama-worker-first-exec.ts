@@ -46,7 +46,6 @@
  * of either lane: the run fails if any remains.
  */
 
-import { execFileSync } from "node:child_process";
 import { chmod, mkdir, mkdtemp, rm } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { cpus, tmpdir } from "node:os";
@@ -55,20 +54,24 @@ import Anthropic from "@anthropic-ai/sdk";
 import type { BetaSelfHostedWork } from "@anthropic-ai/sdk/resources/beta/environments/work";
 import type { ManagedSandboxLease, ManagedSandboxPort, ToolSandboxPort } from "@openma/contract";
 import { BubblewrapSandbox } from "@openma/driver-bubblewrap";
-import { connectDocker, NODE_DOCKER_PROVIDER, NodeDockerSandbox, probeEngine, readImageManifest } from "@openma/driver-node-docker";
+import { NODE_DOCKER_PROVIDER, NodeDockerSandbox } from "@openma/driver-node-docker";
 import { SANDBOX_PATHS } from "@openma/runtime-host";
 import { type ScriptedModel, startScriptedModel } from "@openma/scripted-model";
 import type { Dialect } from "@openma/storage";
 import { BACKENDS, openTestStorage, type TestStorage } from "@openma/storage/testing";
+import { ephemeralAcquireInput } from "./bwrap-primitive.ts";
+import { type DockerClient, removeLabelledContainers } from "./docker-primitive.ts";
 import {
   BENCH_LABEL,
-  type DockerClient,
+  createBenchAgent,
   DRIVERS,
   type Driver,
   liveSandboxes,
   MODEL_KEY,
+  measuredRuns,
+  openMachine,
   openPrimitive,
-  removeBenchContainers,
+  RUNS,
   removeSandboxes,
   SCRIPT,
   SESSION_DEADLINE_MS,
@@ -76,10 +79,9 @@ import {
   sessionOnce,
   startServe,
   summary,
+  WARMUP,
 } from "./session-first-exec.ts";
 
-const RUNS = Math.max(1, Math.min(1000, Number(process.argv[2] ?? 20) || 20));
-const WARMUP = Math.max(0, Math.min(100, Number(process.env.BENCH_WARMUP ?? 3) || 0));
 const DIALECTS = parseBackends(process.env.BENCH_BACKENDS ?? "sqlite");
 /** The worker leaves this long after the turn ended, so the host can publish and terminate the sandbox. */
 const WORKER_MAX_IDLE_MS = 200;
@@ -260,21 +262,16 @@ async function openNodeProbe(driver: Driver, image: string, rootfs: string): Pro
     const docker =
       driver === "docker" ? new NodeDockerSandbox({ image, binds, labels: BENCH_LABEL, namePrefix: "openma-bench-node" }) : null;
     sandbox = (bwrap ?? docker) as ManagedSandboxPort;
-    const acquired = await sandbox.acquire({
-      scope,
-      fence,
-      plan: {
+    const acquired = await sandbox.acquire(
+      ephemeralAcquireInput({
         provider: bwrap ? "bubblewrap" : NODE_DOCKER_PROVIDER,
-        driver: { type: "ama_worker", process: { command: "node" } },
-        workspace: { requirement: "ephemeral", strategy: "ephemeral", durability: "none" },
-        outputs: null,
-        runtimeCheckpoint: null,
-      },
-      workspace: { bindingId: "ws", strategy: "ephemeral", mountPath: "/workspace", metadata: { hostPath: ws } },
-      outputs: null,
-      idempotencyKey: "bench-node",
-      signal: never,
-    });
+        command: "node",
+        hostPath: ws,
+        scope,
+        fence,
+        idempotencyKey: "bench-node",
+      }),
+    );
     if (acquired.type !== "acquired") throw new Error(`node probe: acquire failed: ${acquired.reason}`);
     lease = acquired.lease;
     const tools: ToolSandboxPort = bwrap ? bwrap.toolSandbox(acquired.lease) : (docker as NodeDockerSandbox).toolSandbox(acquired.lease);
@@ -330,13 +327,7 @@ async function createResources(serve: Serve, driver: Driver): Promise<Setup> {
   const { client } = serve;
   const selfHosted = await createSelfHostedEnvironment(client, `bench-ama-${driver}`);
   const cloudEnv = (await client.beta.environments.create({ name: `bench-serve-${driver}` })).id;
-  const agent = (
-    await client.beta.agents.create({
-      name: "bench",
-      model: "claude-test-1",
-      tools: [{ type: "agent_toolset_20260401", default_config: { permission_policy: { type: "always_allow" } } }],
-    })
-  ).id;
+  const agent = await createBenchAgent(client);
   return { agent, cloudEnv, selfHosted };
 }
 
@@ -346,33 +337,24 @@ async function measure(serve: Serve, setup: Setup, driver: Driver, docker: Docke
     await primitive.close();
     throw err;
   });
-  const samples = {
-    primitive: primitive.name,
-    nodeVersion: probe.nodeVersion,
-    ama: [] as AmaSample[],
-    serve: [] as number[],
-    raw: [] as number[],
-    node: [] as NodeSample[],
-    sessions: 0,
-  };
-  try {
-    for (let i = 0; i < WARMUP + RUNS; i++) {
-      const ama = await amaWorkerOnce(serve, setup.agent, setup.selfHosted, driver, docker);
-      const host = await sessionOnce(serve.client, setup.agent, setup.cloudEnv, "tool");
-      const raw = await primitive.run();
-      const node = await probe.run();
-      samples.sessions += 1;
-      if (i < WARMUP) continue;
-      samples.ama.push(ama);
-      samples.serve.push(host);
-      samples.raw.push(raw);
-      samples.node.push(node);
-    }
-  } finally {
+  const runs = await measuredRuns(async () => ({
+    ama: await amaWorkerOnce(serve, setup.agent, setup.selfHosted, driver, docker),
+    serve: await sessionOnce(serve.client, setup.agent, setup.cloudEnv, "tool"),
+    raw: await primitive.run(),
+    node: await probe.run(),
+  })).finally(async () => {
     await probe.close();
     await primitive.close();
-  }
-  return samples;
+  });
+  return {
+    primitive: primitive.name,
+    nodeVersion: probe.nodeVersion,
+    ama: runs.map((r) => r.ama),
+    serve: runs.map((r) => r.serve),
+    raw: runs.map((r) => r.raw),
+    node: runs.map((r) => r.node),
+    sessions: WARMUP + RUNS,
+  };
 }
 
 async function benchOne(
@@ -395,7 +377,7 @@ async function benchOne(
       (setup) => ({ ok: true as const, setup }),
       (error: unknown) => ({ ok: false as const, error }),
     );
-    await first.stop();
+    await first.close();
     if (!created.ok) throw created.error;
     const { setup } = created;
     envIds = [setup.selfHosted.id, setup.cloudEnv];
@@ -416,7 +398,7 @@ async function benchOne(
       (samples) => ({ ok: true as const, samples }),
       (error: unknown) => ({ ok: false as const, error }),
     );
-    await serve.stop();
+    await serve.close();
     if (!outcome.ok) throw outcome.error;
     row = { dialect, driver, ...outcome.samples };
   } catch (err) {
@@ -439,14 +421,8 @@ async function benchOne(
 }
 
 async function main(): Promise<void> {
-  const docker = connectDocker();
-  const engine = await probeEngine(docker);
-  if (!engine.ok) throw new Error(engine.message);
-  const manifest = await readImageManifest();
-  if (!manifest.ok) throw new Error(manifest.message);
   // The image and root filesystem the runtime host's sandboxes start from (the primitive pays the same image).
-  const { image, rootfs } = manifest.manifest.base;
-  const bwrapVersion = execFileSync("bwrap", ["--version"], { encoding: "utf8" }).trim();
+  const { docker, image, rootfs, versions } = await openMachine();
 
   const model = await startScriptedModel({ apiKey: MODEL_KEY, script: SCRIPT });
   const rows: Row[] = [];
@@ -454,7 +430,8 @@ async function main(): Promise<void> {
     for (const dialect of DIALECTS) for (const driver of DRIVERS) rows.push(await benchOne(dialect, driver, model, docker, image, rootfs));
   } finally {
     await model.close();
-    await removeBenchContainers(docker);
+    // The primitive's containers, should a failed run have left any.
+    await removeLabelledContainers(docker, BENCH_LABEL);
   }
 
   const cpu = cpus()[0]?.model ?? "unknown CPU";
@@ -462,7 +439,7 @@ async function main(): Promise<void> {
     `Session create -> first tool result, ama_worker lane: ${RUNS} runs per backend and driver (after ${WARMUP} warm-up), ${cpus().length} CPUs (${cpu}), Node ${process.version}, ${new Date().toISOString()}`,
   );
   console.log(
-    `${bwrapVersion}; Docker ${engine.info.serverVersion} (storage ${engine.info.storageDriver}, cgroup v${engine.info.cgroupVersion}), image ${image}, rootfs ${rootfs}; node in the sandbox ${rows[0]?.nodeVersion ?? "?"}; OPENMA_WORKER_MAX_IDLE_MS=${WORKER_MAX_IDLE_MS}\n`,
+    `${versions}, rootfs ${rootfs}; node in the sandbox ${rows[0]?.nodeVersion ?? "?"}; OPENMA_WORKER_MAX_IDLE_MS=${WORKER_MAX_IDLE_MS}\n`,
   );
   console.log(
     "| Backend | Driver | ama_worker p50 | ama_worker p95 | Claim acked / worker's first heartbeat / agent.tool_use at (p50) | Serve lane p50 | Serve lane p95 | Primitive | Primitive p50 | Primitive p95 | In-sandbox exec p50: true / node -e 0 / node + SDK | ama_worker / primitive | ama_worker / serve lane | Teardown p50 | Sessions |",

@@ -13,13 +13,15 @@
  * bwrap (`npm run provision`).
  *
  * The raw primitive is exported (`openRawBwrap`) so other benchmarks measure
- * the same baseline (bench/session-first-exec.ts).
+ * the same baseline (bench/session-first-exec.ts), and so is the driver
+ * acquire these benchmarks make (`ephemeralAcquireInput`).
  */
 import { spawn } from "node:child_process";
 import { chmod, mkdir, mkdtemp, rm } from "node:fs/promises";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
+import type { FenceIdentity, ManagedSandboxPort, RuntimeResourceScope } from "@openma/contract";
 import { BubblewrapSandbox } from "@openma/driver-bubblewrap";
 
 const never = new AbortController().signal;
@@ -36,6 +38,35 @@ function run(file: string, args: string[]): Promise<number> {
 function stats(samples: number[]): { median: number; min: number; max: number } {
   const sorted = [...samples].sort((a, b) => a - b);
   return { median: sorted[Math.floor(sorted.length / 2)] as number, min: sorted[0] as number, max: sorted[sorted.length - 1] as number };
+}
+
+/** What a benchmark's driver sandbox is acquired with: an ama_worker runtime of `provider`, `command` its process. */
+export interface EphemeralAcquire {
+  provider: string;
+  command: string;
+  /** The host directory bound as the runtime's ephemeral `/workspace` (no outputs binding). */
+  hostPath: string;
+  scope: RuntimeResourceScope;
+  fence: FenceIdentity;
+  idempotencyKey: string;
+}
+
+export function ephemeralAcquireInput(a: EphemeralAcquire): Parameters<ManagedSandboxPort["acquire"]>[0] {
+  return {
+    scope: a.scope,
+    fence: a.fence,
+    plan: {
+      provider: a.provider,
+      driver: { type: "ama_worker", process: { command: a.command } },
+      workspace: { requirement: "ephemeral", strategy: "ephemeral", durability: "none" },
+      outputs: null,
+      runtimeCheckpoint: null,
+    },
+    workspace: { bindingId: "ws", strategy: "ephemeral", mountPath: "/workspace", metadata: { hostPath: a.hostPath } },
+    outputs: null,
+    idempotencyKey: a.idempotencyKey,
+    signal: never,
+  };
 }
 
 const fmt = (s: { median: number; min: number; max: number }) => `${s.median.toFixed(1)} ms (${s.min.toFixed(1)}–${s.max.toFixed(1)})`;
@@ -113,21 +144,9 @@ async function main(runs: number): Promise<void> {
       const scope = { environmentId: "env_bench", sessionId: `sess_${i}` };
       const fence = { scope, ownerId: "bench", generation: 1, expiresAt: Date.now() + 60_000 };
       const started = performance.now();
-      const acquired = await driver.acquire({
-        scope,
-        fence,
-        plan: {
-          provider: "bubblewrap",
-          driver: { type: "ama_worker", process: { command: "true" } },
-          workspace: { requirement: "ephemeral", strategy: "ephemeral", durability: "none" },
-          outputs: null,
-          runtimeCheckpoint: null,
-        },
-        workspace: { bindingId: "ws", strategy: "ephemeral", mountPath: "/workspace", metadata: { hostPath: ws } },
-        outputs: null,
-        idempotencyKey: `bench-${i}`,
-        signal: never,
-      });
+      const acquired = await driver.acquire(
+        ephemeralAcquireInput({ provider: "bubblewrap", command: "true", hostPath: ws, scope, fence, idempotencyKey: `bench-${i}` }),
+      );
       if (acquired.type !== "acquired") throw new Error(`acquire failed: ${acquired.reason}`);
       const tools = driver.toolSandbox(acquired.lease);
       const first = await tools.exec({ command: ["true"], timeoutMs: 30_000, signal: never });

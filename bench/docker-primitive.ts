@@ -12,14 +12,24 @@
  * Needs a running dockerd and the images: `npm run provision`.
  *
  * The Engine API round trip is exported (`engineRoundTrip`) so other
- * benchmarks measure the same baseline (bench/session-first-exec.ts).
+ * benchmarks measure the same baseline (bench/session-first-exec.ts), with
+ * the engine check (`openEngine`) and the clean-up of labelled containers.
  */
 import { randomBytes } from "node:crypto";
 import { pathToFileURL } from "node:url";
 import { WORKSPACE_MOUNT_PATH } from "@openma/contract";
-import { connectDocker, NodeDockerSandbox, probeEngine, readImageManifest } from "@openma/driver-node-docker";
+import {
+  connectDocker,
+  type EngineInfo,
+  type ImageManifest,
+  NodeDockerSandbox,
+  probeEngine,
+  readImageManifest,
+} from "@openma/driver-node-docker";
 
 const never = new AbortController().signal;
+/** Marks this benchmark's containers, so a failed run's leftovers can be found and removed. */
+const LABEL = { "openma.bench": "docker-primitive" };
 
 function stats(samples: number[]): string {
   const sorted = [...samples].sort((a, b) => a - b);
@@ -34,9 +44,33 @@ async function timed<T>(samples: number[], fn: () => Promise<T>): Promise<T> {
   return value;
 }
 
-type Docker = ReturnType<typeof connectDocker>;
+export type DockerClient = ReturnType<typeof connectDocker>;
 
-async function execTrue(container: ReturnType<Docker["getContainer"]>): Promise<void> {
+/** The Engine API client, the engine's facts and the sandbox image manifest; throws, naming the fix, when one is missing. */
+export async function openEngine(): Promise<{ docker: DockerClient; engine: EngineInfo; manifest: ImageManifest }> {
+  const docker = connectDocker();
+  const engine = await probeEngine(docker);
+  if (!engine.ok) throw new Error(engine.message);
+  const manifest = await readImageManifest();
+  if (!manifest.ok) throw new Error(manifest.message);
+  return { docker, engine: engine.info, manifest: manifest.manifest };
+}
+
+/** Removes every container, running or not, that carries all of `labels` (a failed run's leftovers). */
+export async function removeLabelledContainers(docker: DockerClient, labels: Record<string, string>): Promise<void> {
+  const filters = { label: Object.entries(labels).map(([key, value]) => `${key}=${value}`) };
+  const left = await docker.listContainers({ all: true, filters });
+  await Promise.all(
+    left.map((c) =>
+      docker
+        .getContainer(c.Id)
+        .remove({ force: true })
+        .catch(() => {}),
+    ),
+  );
+}
+
+async function execTrue(container: ReturnType<DockerClient["getContainer"]>): Promise<void> {
   const exec = await container.exec({ Cmd: ["true"], AttachStdout: true, AttachStderr: true });
   const stream = await exec.start({});
   await new Promise<void>((resolve, reject) => {
@@ -61,7 +95,7 @@ export interface EngineRoundTrip {
  * One container through the Engine API: create (`--network none`, init), start, exec `true` (create + start +
  * wait for exit, exit code checked), remove --force. The container is removed even when a step fails.
  */
-export async function engineRoundTrip(docker: Docker, image: string, labels: Record<string, string>): Promise<EngineRoundTrip> {
+export async function engineRoundTrip(docker: DockerClient, image: string, labels: Record<string, string>): Promise<EngineRoundTrip> {
   const create: number[] = [];
   const start: number[] = [];
   const exec: number[] = [];
@@ -89,26 +123,22 @@ export async function engineRoundTrip(docker: Docker, image: string, labels: Rec
 }
 
 async function main(runs: number): Promise<void> {
-  const docker = connectDocker();
-  const engine = await probeEngine(docker);
-  if (!engine.ok) throw new Error(engine.message);
-  const manifest = await readImageManifest();
-  if (!manifest.ok) throw new Error(manifest.message);
-  const image = manifest.manifest.busybox.image;
+  const { docker, engine, manifest } = await openEngine();
+  const image = manifest.busybox.image;
   process.stdout.write(
-    `Docker ${engine.info.serverVersion} (API ${engine.info.apiVersion}, storage ${engine.info.storageDriver}, cgroup v${engine.info.cgroupVersion}), image ${image}, ${runs} runs\n\n`,
+    `Docker ${engine.serverVersion} (API ${engine.apiVersion}, storage ${engine.storageDriver}, cgroup v${engine.cgroupVersion}), image ${image}, ${runs} runs\n\n`,
   );
 
   const phases = { create: [] as number[], start: [] as number[], exec: [] as number[], remove: [] as number[], total: [] as number[] };
   for (let i = 0; i < runs + 1; i++) {
-    const round = await engineRoundTrip(docker, image, { "openma.bench": "docker-primitive" });
+    const round = await engineRoundTrip(docker, image, LABEL);
     if (i === 0) continue; // warm-up: the first run pays image and cache loading
     for (const key of Object.keys(round) as Array<keyof EngineRoundTrip>) phases[key].push(round[key]);
   }
   process.stdout.write("Engine API primitive (dockerode)\n");
   for (const [name, samples] of Object.entries(phases)) process.stdout.write(`  ${name.padEnd(22)} ${stats(samples)}\n`);
 
-  const driver = new NodeDockerSandbox({ image, docker, labels: { "openma.bench": "docker-primitive" } });
+  const driver = new NodeDockerSandbox({ image, docker, labels: LABEL });
   const drv = { acquire: [] as number[], "first exec": [] as number[], terminate: [] as number[], total: [] as number[] };
   try {
     for (let i = 0; i < runs + 1; i++) {
@@ -139,15 +169,7 @@ async function main(runs: number): Promise<void> {
       drv.total.push(total);
     }
   } finally {
-    const left = await docker.listContainers({ all: true, filters: { label: ["openma.bench=docker-primitive"] } });
-    await Promise.all(
-      left.map((c) =>
-        docker
-          .getContainer(c.Id)
-          .remove({ force: true })
-          .catch(() => {}),
-      ),
-    );
+    await removeLabelledContainers(docker, LABEL);
   }
   process.stdout.write("\nnode-docker driver (same work: acquire, first tool exec, terminate)\n");
   for (const [name, samples] of Object.entries(drv)) process.stdout.write(`  ${name.padEnd(22)} ${stats(samples)}\n`);

@@ -32,22 +32,23 @@
  * The server, the flow and the primitives are exported for
  * bench/ama-worker-first-exec.ts (the same measurement for the ama_worker lane).
  */
-import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
-import { cpus, tmpdir } from "node:os";
+import { readdir, readFile } from "node:fs/promises";
+import { cpus } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
-import Anthropic from "@anthropic-ai/sdk";
-import { connectDocker, probeEngine, readImageManifest } from "@openma/driver-node-docker";
+import { pathToFileURL } from "node:url";
+import type Anthropic from "@anthropic-ai/sdk";
 import { type ScriptedModel, startScriptedModel } from "@openma/scripted-model";
 import type { Dialect } from "@openma/storage";
 import { BACKENDS, openTestStorage, type TestStorage } from "@openma/storage/testing";
+import { type ChildServer, startServeProcess } from "../test/support/child-server.ts";
 import { openRawBwrap } from "./bwrap-primitive.ts";
-import { engineRoundTrip } from "./docker-primitive.ts";
+import { type DockerClient, engineRoundTrip, openEngine, removeLabelledContainers } from "./docker-primitive.ts";
 
-const RUNS = Math.max(1, Math.min(1000, Number(process.argv[2] ?? 20) || 20));
-const WARMUP = Math.max(0, Math.min(100, Number(process.env.BENCH_WARMUP ?? 3) || 0));
+/** Measured iterations (argv[2]) and warm-up iterations (env BENCH_WARMUP) of either first-exec benchmark. */
+export const RUNS = Math.max(1, Math.min(1000, Number(process.argv[2] ?? 20) || 20));
+export const WARMUP = Math.max(0, Math.min(100, Number(process.env.BENCH_WARMUP ?? 3) || 0));
 export const DRIVERS = ["bubblewrap", "docker"] as const;
 export type Driver = (typeof DRIVERS)[number];
 
@@ -55,8 +56,6 @@ export const MODEL_KEY = "sk-scripted-session-first-exec";
 /** A stuck session fails the run instead of hanging it. */
 export const SESSION_DEADLINE_MS = 60_000;
 export const BENCH_LABEL = { "openma.bench": "session-first-exec" };
-const REPO_ROOT = fileURLToPath(new URL("..", import.meta.url));
-const CLI = join(REPO_ROOT, "apps/openma/src/cli.ts");
 
 export const SCRIPT = [
   // First: after the tool result, the turn ends with text (so the session goes idle and can be archived).
@@ -71,108 +70,38 @@ export const SCRIPT = [
 type Flow = "tool" | "text";
 
 /** A running `openma serve` child process. */
-export interface Serve {
-  client: Anthropic;
-  /** The admin key it was started with (a restart on the same data must present the same one). */
-  apiKey: string;
-  dataDir: string;
-  /** The last lines the child wrote (stdout and stderr: its structured logs), for a failure's diagnosis. */
-  output(): string;
-  stop(): Promise<void>;
-}
-
-/** How much of a child's latest output a `Serve` keeps. */
-const OUTPUT_TAIL = 16_384;
+export type Serve = ChildServer;
 
 export interface ServeOptions {
-  /** Start on this data dir, which the caller owns (kept on stop); default a fresh one removed on stop. */
+  /** Start on this data dir, which the caller owns (kept on close); default a fresh one removed on close. */
   dataDir?: string;
   apiKey?: string;
   /** Added to the child's environment (e.g. the runtime host's variables; secrets belong here, never in argv). */
   env?: Record<string, string>;
 }
 
-export async function startServe(
+/** `openma serve` with the brain on, sandbox tools on `driver`, the scripted model, on `dialect` (`pg` for Postgres). */
+export function startServe(
   driver: Driver,
   dialect: Dialect,
   model: ScriptedModel,
   pg: TestStorage | null,
   options: ServeOptions = {},
 ): Promise<Serve> {
-  const ownDataDir = options.dataDir === undefined;
-  const dataDir = options.dataDir ?? (await mkdtemp(join(tmpdir(), "openma-bench-serve-")));
-  const apiKey = options.apiKey ?? `sk-bench-${randomBytes(16).toString("hex")}`;
-  const removeDataDir = () => (ownDataDir ? rm(dataDir, { recursive: true, force: true }) : Promise.resolve());
-  // Secrets go through the environment, never argv.
-  const child = spawn(process.execPath, ["--import", "tsx", CLI, "serve"], {
-    cwd: REPO_ROOT,
+  return startServeProcess({
+    apiKey: options.apiKey ?? `sk-bench-${randomBytes(16).toString("hex")}`,
+    postgres: dialect === "postgres" ? pg : null,
+    ...(options.dataDir === undefined ? {} : { dataDir: options.dataDir }),
     env: {
-      ...process.env,
-      PORT: "0",
-      HOST: "127.0.0.1",
-      OPENMA_DATA_DIR: dataDir,
-      OPENMA_API_KEY: apiKey,
       LOG_LEVEL: "warn",
       OPENMA_BRAIN: "on",
       OPENMA_SANDBOX: driver,
       OPENMA_MODEL_BASE_URL: model.url,
       OPENMA_MODEL_API_KEY: MODEL_KEY,
       OPENMA_EXECUTION_POLL_MS: "600000", // turns start on change-bus wake-ups, not on a poll
-      // Empty means unset (loadConfig drops empty values): a DATABASE_URL from the caller's shell must not leak in.
-      DATABASE_URL: dialect === "postgres" ? (pg?.databaseUrl ?? "") : "",
-      OPENMA_PG_SCHEMA: dialect === "postgres" ? (pg?.pgSchema ?? "") : "",
       ...options.env,
     },
-    stdio: ["ignore", "pipe", "pipe"],
   });
-  let tail = "";
-  const keep = (chunk: Buffer | string) => {
-    tail = (tail + chunk.toString()).slice(-OUTPUT_TAIL);
-  };
-  child.stdout?.on("data", keep);
-  child.stderr?.on("data", keep);
-  try {
-    const baseURL = await listeningUrl(child);
-    return {
-      client: new Anthropic({ baseURL, apiKey, maxRetries: 0 }),
-      apiKey,
-      dataDir,
-      output: () => tail,
-      stop: async () => {
-        await stopChild(child);
-        await removeDataDir();
-      },
-    };
-  } catch (err) {
-    await stopChild(child);
-    await removeDataDir();
-    throw err;
-  }
-}
-
-function listeningUrl(child: ChildProcess): Promise<string> {
-  return new Promise((resolve, reject) => {
-    let stdout = "";
-    let stderr = "";
-    child.stdout?.setEncoding("utf8").on("data", (chunk: string) => {
-      if (stdout.length < 65_536) stdout += chunk;
-      const match = /listening on (http:\/\/\S+)/.exec(stdout);
-      if (match?.[1]) resolve(match[1]);
-    });
-    child.stderr?.setEncoding("utf8").on("data", (chunk: string) => {
-      stderr = (stderr + chunk).slice(-8_192);
-    });
-    child.once("exit", (code) => reject(new Error(`openma serve exited (${code}) before listening: ${stderr || stdout}`)));
-    child.once("error", reject);
-  });
-}
-
-/** SIGTERM: `openma serve` closes its sandboxes before exiting (and force-exits itself after 10 s). */
-async function stopChild(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-  child.kill("SIGTERM");
-  await exited;
 }
 
 /**
@@ -214,8 +143,6 @@ export interface Primitive {
   run(): Promise<number>;
   close(): Promise<void>;
 }
-
-export type DockerClient = ReturnType<typeof connectDocker>;
 
 export async function openPrimitive(driver: Driver, docker: DockerClient, image: string): Promise<Primitive> {
   if (driver === "bubblewrap") {
@@ -291,35 +218,49 @@ interface Row {
   aliveAfterArchive: number;
 }
 
+/**
+ * Runs `once` WARMUP + RUNS times in turn (its steps in turn within each, so all see the same machine load);
+ * the samples after the warm-up.
+ */
+export async function measuredRuns<T>(once: () => Promise<T>): Promise<T[]> {
+  const samples: T[] = [];
+  for (let i = 0; i < WARMUP + RUNS; i++) {
+    const sample = await once();
+    if (i >= WARMUP) samples.push(sample);
+  }
+  return samples;
+}
+
+/** The agent every benchmark session runs: the whole toolset, always allowed (no confirmation stops a turn). */
+export async function createBenchAgent(client: Anthropic): Promise<string> {
+  const agent = await client.beta.agents.create({
+    name: "bench",
+    model: "claude-test-1",
+    tools: [{ type: "agent_toolset_20260401", default_config: { permission_policy: { type: "always_allow" } } }],
+  });
+  return agent.id;
+}
+
 /** Creates the environment and agent, then runs the warm-up and measured iterations on one server. */
 async function measure(serve: Serve, driver: Driver, docker: DockerClient, image: string, onEnv: (id: string) => void) {
   const { client } = serve;
   const envId = (await client.beta.environments.create({ name: `bench-${driver}` })).id;
   onEnv(envId);
-  const agent = (
-    await client.beta.agents.create({
-      name: "bench",
-      model: "claude-test-1",
-      tools: [{ type: "agent_toolset_20260401", default_config: { permission_policy: { type: "always_allow" } } }],
-    })
-  ).id;
+  const agent = await createBenchAgent(client);
   const primitive = await openPrimitive(driver, docker, image);
-  const samples = { primitive: primitive.name, host: [] as number[], model: [] as number[], raw: [] as number[], sessions: 0 };
-  try {
-    for (let i = 0; i < WARMUP + RUNS; i++) {
-      const host = await sessionOnce(client, agent, envId, "tool");
-      const text = await sessionOnce(client, agent, envId, "text");
-      const raw = await primitive.run();
-      samples.sessions += 1;
-      if (i < WARMUP) continue;
-      samples.host.push(host);
-      samples.model.push(text);
-      samples.raw.push(raw);
-    }
-  } finally {
-    await primitive.close();
-  }
-  return { ...samples, aliveAfterArchive: (await liveSandboxes(driver, docker, envId, join(serve.dataDir, "workspaces"))).sandboxes };
+  const runs = await measuredRuns(async () => ({
+    host: await sessionOnce(client, agent, envId, "tool"),
+    model: await sessionOnce(client, agent, envId, "text"),
+    raw: await primitive.run(),
+  })).finally(() => primitive.close());
+  return {
+    primitive: primitive.name,
+    host: runs.map((r) => r.host),
+    model: runs.map((r) => r.model),
+    raw: runs.map((r) => r.raw),
+    sessions: WARMUP + RUNS,
+    aliveAfterArchive: (await liveSandboxes(driver, docker, envId, join(serve.dataDir, "workspaces"))).sandboxes,
+  };
 }
 
 async function benchOne(dialect: Dialect, driver: Driver, model: ScriptedModel, docker: DockerClient, image: string): Promise<Row> {
@@ -334,7 +275,7 @@ async function benchOne(dialect: Dialect, driver: Driver, model: ScriptedModel, 
       (samples) => ({ ok: true as const, samples }),
       (error: unknown) => ({ ok: false as const, error }),
     );
-    await serve.stop();
+    await serve.close();
     const left = await liveSandboxes(driver, docker, envId, join(serve.dataDir, "workspaces"));
     await removeSandboxes(driver, docker, left.handles);
     if (!outcome.ok) throw outcome.error;
@@ -354,28 +295,26 @@ export function summary(xs: number[]): { p50: number; p95: number } {
   return { p50: quantile(sorted, 0.5), p95: quantile(sorted, 0.95) };
 }
 
-/** Removes the primitive's containers should a failed run have left any (they carry the bench label). */
-export async function removeBenchContainers(docker: DockerClient): Promise<void> {
-  const left = await docker.listContainers({ all: true, filters: { label: [`openma.bench=${BENCH_LABEL["openma.bench"]}`] } });
-  await Promise.all(
-    left.map((c) =>
-      docker
-        .getContainer(c.Id)
-        .remove({ force: true })
-        .catch(() => {}),
-    ),
-  );
+/** What the first-exec benchmarks run on, checked: a missing engine, image manifest or bwrap fails the run. */
+export interface Machine {
+  docker: DockerClient;
+  /** The image and root filesystem `openma serve`'s sandboxes start from (the primitive pays the same image). */
+  image: string;
+  rootfs: string;
+  /** bwrap and Docker versions and the image, for the line under a result table's title. */
+  versions: string;
+}
+
+export async function openMachine(): Promise<Machine> {
+  const { docker, engine, manifest } = await openEngine();
+  const { image, rootfs } = manifest.base;
+  const bwrapVersion = execFileSync("bwrap", ["--version"], { encoding: "utf8" }).trim();
+  const versions = `${bwrapVersion}; Docker ${engine.serverVersion} (storage ${engine.storageDriver}, cgroup v${engine.cgroupVersion}), image ${image}`;
+  return { docker, image, rootfs, versions };
 }
 
 async function main(): Promise<void> {
-  const docker = connectDocker();
-  const engine = await probeEngine(docker);
-  if (!engine.ok) throw new Error(engine.message);
-  const manifest = await readImageManifest();
-  if (!manifest.ok) throw new Error(manifest.message);
-  // The image `openma serve`'s Docker sandboxes start from, so the primitive pays the same image.
-  const image = manifest.manifest.base.image;
-  const bwrapVersion = execFileSync("bwrap", ["--version"], { encoding: "utf8" }).trim();
+  const { docker, image, versions } = await openMachine();
 
   const model = await startScriptedModel({ apiKey: MODEL_KEY, script: SCRIPT });
   const rows: Row[] = [];
@@ -383,16 +322,15 @@ async function main(): Promise<void> {
     for (const dialect of BACKENDS) for (const driver of DRIVERS) rows.push(await benchOne(dialect, driver, model, docker, image));
   } finally {
     await model.close();
-    await removeBenchContainers(docker);
+    // The primitive's containers, should a failed run have left any.
+    await removeLabelledContainers(docker, BENCH_LABEL);
   }
 
   const cpu = cpus()[0]?.model ?? "unknown CPU";
   console.log(
     `Session create -> first tool result: ${RUNS} runs per backend and driver (after ${WARMUP} warm-up), ${cpus().length} CPUs (${cpu}), Node ${process.version}, ${new Date().toISOString()}`,
   );
-  console.log(
-    `${bwrapVersion}; Docker ${engine.info.serverVersion} (storage ${engine.info.storageDriver}, cgroup v${engine.info.cgroupVersion}), image ${image}\n`,
-  );
+  console.log(`${versions}\n`);
   console.log(
     "| Backend | Driver | Host p50 | Host p95 | Model-only p50 | Model-only p95 | Primitive | Primitive p50 | Primitive p95 | Host / primitive | (Host - model-only) / primitive | Sandboxes alive after archive |",
   );

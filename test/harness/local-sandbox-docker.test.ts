@@ -13,36 +13,11 @@ import { readFile } from "node:fs/promises";
 import { hostname } from "node:os";
 import { join } from "node:path";
 import { connectDocker, imagePresent, LABELS, NODE_DOCKER_PROVIDER, readImageManifest } from "@openma/driver-node-docker";
-import { type ScriptedModel, startScriptedModel } from "@openma/scripted-model";
 import { BACKENDS } from "@openma/storage/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../support/server.ts";
+import { type LocalSandboxServer, resultText, startLocalSandboxServer, toolTurnScript } from "./local-sandbox-support.ts";
 
-const MODEL_KEY = "sk-scripted-local-sandbox-docker";
-type Event = { type: string; id: string; [k: string]: unknown };
-
-const SCRIPT = [
-  {
-    match: { last_user_text_contains: "sandbox" },
-    response: { content: [{ type: "tool_use" as const, name: "bash", input: { command: "hostname; cat /proc/1/comm; ls /workspace" } }] },
-  },
-  {
-    match: { tool_result_for: "bash" },
-    response: {
-      content: [
-        { type: "tool_use" as const, name: "write", input: { file_path: "/workspace/notes.txt", content: "written in the container\n" } },
-      ],
-    },
-  },
-  {
-    match: { tool_result_for: "write" },
-    response: { content: [{ type: "tool_use" as const, name: "read", input: { file_path: "notes.txt" } }] },
-  },
-  { match: { tool_result_for: "read" }, response: "Done." },
-].map((turn) => ({ ...turn, times: 100 }));
-
-const text = (result: Event | undefined) =>
-  ((result?.content as Array<{ text?: string }> | undefined) ?? []).map((block) => block.text ?? "").join("");
+const SCRIPT = toolTurnScript("hostname; cat /proc/1/comm; ls /workspace", "written in the container\n");
 
 const docker = connectDocker();
 
@@ -54,8 +29,7 @@ const sessionContainers = (sessionId: string) =>
   });
 
 describe.each(BACKENDS)("openma serve's local Docker sandbox on %s", (dialect) => {
-  let model: ScriptedModel;
-  let t: TestServer;
+  let server: LocalSandboxServer;
   const sessions: string[] = [];
 
   beforeAll(async () => {
@@ -65,18 +39,10 @@ describe.each(BACKENDS)("openma serve's local Docker sandbox on %s", (dialect) =
     if (!(await imagePresent(docker, manifest.manifest.base.image))) {
       throw new Error(`the base image ${manifest.manifest.base.image} is not loaded in dockerd: run \`npm run provision\``);
     }
-    model = await startScriptedModel({ apiKey: MODEL_KEY, script: SCRIPT });
-    t = await startTestServer(dialect, {
-      OPENMA_BRAIN: "on",
-      OPENMA_SANDBOX: "docker",
-      OPENMA_MODEL_BASE_URL: model.url,
-      OPENMA_MODEL_API_KEY: MODEL_KEY,
-      OPENMA_EXECUTION_POLL_MS: "600000", // bus wake-ups only
-    });
+    server = await startLocalSandboxServer(dialect, "docker", SCRIPT);
   });
   afterAll(async () => {
-    await t?.close();
-    await model?.close();
+    await server?.close();
     // The safety net when an assertion failed before the archive: the test itself asserts the removal.
     for (const sessionId of sessions) {
       for (const c of await sessionContainers(sessionId)) {
@@ -89,25 +55,10 @@ describe.each(BACKENDS)("openma serve's local Docker sandbox on %s", (dialect) =
   });
 
   it("runs bash, write and read in the session's container over its host workspace, and archive removes the container", async () => {
-    const env = (await t.client.beta.environments.create({ name: "cloud" })).id;
-    const agent = await t.client.beta.agents.create({
-      name: "containerized",
-      model: "claude-test-1",
-      tools: [{ type: "agent_toolset_20260401", default_config: { permission_policy: { type: "always_allow" } } }],
-    });
-    const sessionId = (await t.client.beta.sessions.create({ agent: agent.id, environment_id: env })).id;
+    const { t } = server;
+    const sessionId = await server.createToolsetSession("containerized");
     sessions.push(sessionId);
-
-    const stream = await t.client.beta.sessions.events.stream(sessionId);
-    await t.client.beta.sessions.events.send(sessionId, {
-      events: [{ type: "user.message", content: [{ type: "text", text: "use the sandbox" }] }],
-    });
-    const events: Event[] = [];
-    for await (const event of stream) {
-      events.push(event as unknown as Event);
-      if (event.type === "session.status_idle") break;
-    }
-    stream.controller.abort();
+    const events = await server.sendUntilIdle(sessionId, "use the sandbox");
 
     expect(events.filter((e) => e.type === "session.error")).toEqual([]);
     const results = events.filter((e) => e.type === "agent.tool_result");
@@ -117,12 +68,12 @@ describe.each(BACKENDS)("openma serve's local Docker sandbox on %s", (dialect) =
     // Docker names a container's host after its id, and its pid 1 is Docker's init.
     const live = await sessionContainers(sessionId);
     expect(live.map((c) => c.State)).toEqual(["running"]);
-    const [host, init] = text(results[0]).trim().split("\n");
+    const [host, init] = resultText(results[0]).trim().split("\n");
     expect(host).toBe(live[0]?.Id.slice(0, 12));
     expect(host).not.toBe(hostname());
     expect(init).toBe("docker-init");
 
-    expect(text(results[2])).toContain("written in the container");
+    expect(resultText(results[2])).toContain("written in the container");
     expect(await readFile(join(t.store.dataDir, "workspaces", sessionId, "notes.txt"), "utf8")).toBe("written in the container\n");
 
     // Archive returns once the sandbox is gone; its files stay on the host.

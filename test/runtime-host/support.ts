@@ -1,8 +1,8 @@
 /** Shared pieces of the runtime-host end-to-end tests: run results as a queue, the published manifest, leftovers. */
 import { readlink } from "node:fs/promises";
 import type { RuntimeResourceScope } from "@openma/contract";
-import { hostProcesses } from "@openma/driver-bubblewrap";
 import { connectDocker, LABELS } from "@openma/driver-node-docker";
+import { hostProcesses } from "@openma/driver-suite/host-processes";
 import { type RuntimeRunResult, sqlRuntimePorts } from "@openma/host";
 import { type OutputEntry, outputManifestKey, parseOutputManifest } from "@openma/persistence";
 import { type Storage, systemClock } from "@openma/storage";

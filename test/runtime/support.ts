@@ -35,10 +35,11 @@ import type {
   SandboxTerminateResult,
   ToolSandboxPort,
 } from "@openma/contract";
-import { BubblewrapSandbox, hostProcesses } from "@openma/driver-bubblewrap";
+import { BubblewrapSandbox } from "@openma/driver-bubblewrap";
 import { assertBwrapInstalled } from "@openma/driver-bubblewrap/test-support";
 import { LABELS, type NodeDockerSandbox } from "@openma/driver-node-docker";
 import { type DockerTestEnv, removeRunContainers, requireDocker } from "@openma/driver-node-docker/testing";
+import { hostProcesses } from "@openma/driver-suite/host-processes";
 import {
   FsCheckpointWorkspace,
   FsSessionOutputs,

@@ -1,11 +1,13 @@
 /**
- * A second, real `openma serve` process sharing a test's storage: same
- * Postgres database and schema (via OPENMA_PG_SCHEMA), its own data dir.
- * Used to show that clients of different processes see each other's writes
- * and wake-ups (the Postgres change bus is LISTEN/NOTIFY).
+ * A real `openma serve` child process (`node --import tsx apps/openma/src/cli.ts serve`) on a free port.
+ *
+ * `startServeProcess` runs it on SQLite in its data dir, or on a test's Postgres database and schema (via
+ * OPENMA_PG_SCHEMA); the benchmarks use it as the server they measure. `startChildServer` is the second
+ * process sharing a test's Postgres storage, used to show that clients of different processes see each
+ * other's writes and wake-ups (the Postgres change bus is LISTEN/NOTIFY).
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -14,70 +16,109 @@ import type { TestStorage } from "@openma/storage/testing";
 
 const REPO_ROOT = fileURLToPath(new URL("../..", import.meta.url));
 const CLI = join(REPO_ROOT, "apps/openma/src/cli.ts");
+/** How much of a child's latest output `output()` keeps. */
+const OUTPUT_TAIL = 16_384;
 
 export interface ChildServer {
   baseURL: string;
   client: Anthropic;
+  /** The admin key it was started with (a restart on the same data must present the same one). */
+  apiKey: string;
+  dataDir: string;
+  /** The last lines the child wrote (stdout and stderr: its structured logs), for a failure's diagnosis. */
+  output(): string;
+  /** SIGTERM (`openma serve` closes its sandboxes before exiting), then removes the data dir unless the caller owns it. */
   close(): Promise<void>;
 }
 
-/**
- * Starts `node --import tsx apps/openma/src/cli.ts serve` on a free port and waits for its listening line.
- * Its brain is off unless `env` turns it on (`OPENMA_BRAIN: "on"`).
- */
-export async function startChildServer(store: TestStorage, apiKey: string, env: Record<string, string> = {}): Promise<ChildServer> {
-  if (!store.databaseUrl || !store.pgSchema) throw new Error("a child server shares storage only through Postgres");
-  const dataDir = mkdtempSync(join(tmpdir(), "openma-child-"));
+export interface ServeProcessOptions {
+  apiKey: string;
+  /** Postgres storage to run on (its database and schema); null or absent: SQLite in the data dir. */
+  postgres?: Pick<TestStorage, "databaseUrl" | "pgSchema"> | null;
+  /** Start on this data dir, which the caller owns (kept on close); default a fresh one removed on close. */
+  dataDir?: string;
+  /** Added to the child's environment last (brain, sandbox, model, log level...; secrets belong here, never in argv). */
+  env?: Record<string, string>;
+}
+
+/** Starts `openma serve` and waits for its listening line. */
+export async function startServeProcess(options: ServeProcessOptions): Promise<ChildServer> {
+  const { apiKey, postgres } = options;
+  const ownDataDir = options.dataDir === undefined;
+  const dataDir = options.dataDir ?? (await mkdtemp(join(tmpdir(), "openma-child-")));
+  const removeDataDir = () => (ownDataDir ? rm(dataDir, { recursive: true, force: true }) : Promise.resolve());
+  // Secrets go through the environment, never argv.
   const child = spawn(process.execPath, ["--import", "tsx", CLI, "serve"], {
     cwd: REPO_ROOT,
     env: {
       ...process.env,
       PORT: "0",
       HOST: "127.0.0.1",
-      DATABASE_URL: store.databaseUrl,
-      OPENMA_PG_SCHEMA: store.pgSchema,
+      // Empty means unset (loadConfig drops empty values): a DATABASE_URL from the caller's shell must not leak in.
+      DATABASE_URL: postgres?.databaseUrl ?? "",
+      OPENMA_PG_SCHEMA: postgres?.pgSchema ?? "",
       OPENMA_DATA_DIR: dataDir,
       OPENMA_API_KEY: apiKey,
-      LOG_LEVEL: "silent",
-      OPENMA_BRAIN: "off",
-      ...env,
+      ...options.env,
     },
     stdio: ["ignore", "pipe", "pipe"],
   });
+  let tail = "";
+  const keep = (chunk: Buffer | string) => {
+    tail = (tail + chunk.toString()).slice(-OUTPUT_TAIL);
+  };
+  child.stdout?.on("data", keep);
+  child.stderr?.on("data", keep);
   try {
     const baseURL = await listeningUrl(child);
     return {
       baseURL,
       client: new Anthropic({ baseURL, apiKey, maxRetries: 0 }),
-      close: () => stop(child).finally(() => rmSync(dataDir, { recursive: true, force: true })),
+      apiKey,
+      dataDir,
+      output: () => tail,
+      close: async () => {
+        await stop(child);
+        await removeDataDir();
+      },
     };
   } catch (err) {
     await stop(child);
-    rmSync(dataDir, { recursive: true, force: true });
+    await removeDataDir();
     throw err;
   }
 }
 
+/**
+ * The second server of a test sharing `store` (Postgres only: SQLite is one process's file).
+ * Its brain is off unless `env` turns it on (`OPENMA_BRAIN: "on"`).
+ */
+export async function startChildServer(store: TestStorage, apiKey: string, env: Record<string, string> = {}): Promise<ChildServer> {
+  if (!store.databaseUrl || !store.pgSchema) throw new Error("a child server shares storage only through Postgres");
+  return startServeProcess({ apiKey, postgres: store, env: { LOG_LEVEL: "silent", OPENMA_BRAIN: "off", ...env } });
+}
+
 function listeningUrl(child: ChildProcess): Promise<string> {
-  return new Promise((resolvePromise, reject) => {
+  return new Promise((resolve, reject) => {
     let stdout = "";
     let stderr = "";
     child.stdout?.setEncoding("utf8").on("data", (chunk: string) => {
-      stdout += chunk;
+      if (stdout.length < 65_536) stdout += chunk;
       const match = /listening on (http:\/\/\S+)/.exec(stdout);
-      if (match?.[1]) resolvePromise(match[1]);
+      if (match?.[1]) resolve(match[1]);
     });
     child.stderr?.setEncoding("utf8").on("data", (chunk: string) => {
-      stderr += chunk;
+      stderr = (stderr + chunk).slice(-8_192);
     });
     child.once("exit", (code) => reject(new Error(`openma serve exited (${code}) before listening: ${stderr || stdout}`)));
     child.once("error", reject);
   });
 }
 
+/** SIGTERM: `openma serve` closes its sandboxes before exiting (and force-exits itself after 10 s). */
 async function stop(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise<void>((resolvePromise) => child.once("exit", () => resolvePromise()));
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
   child.kill("SIGTERM");
   await exited;
 }

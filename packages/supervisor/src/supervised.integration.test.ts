@@ -23,10 +23,11 @@ import type {
   RuntimeResourceScope,
   SandboxProcessPort,
 } from "@openma/contract";
-import { BubblewrapSandbox, bubblewrapProcesses, hostProcesses } from "@openma/driver-bubblewrap";
+import { BubblewrapSandbox, bubblewrapProcesses } from "@openma/driver-bubblewrap";
 import { assertBwrapInstalled, scratch } from "@openma/driver-bubblewrap/test-support";
 import { dockerProcesses, readImageManifest } from "@openma/driver-node-docker";
 import { type DockerTestEnv, removeRunContainers, requireDocker, TEST_LABEL } from "@openma/driver-node-docker/testing";
+import { hostProcesses } from "@openma/driver-suite/host-processes";
 import { FsCheckpointWorkspace, FsSessionOutputs, ManagedRuntimeHost, type RuntimeRunResult } from "@openma/host";
 import { loadCheckpointManifest, type OutputEntry, outputManifestKey, parseOutputManifest } from "@openma/persistence";
 import { FsBlobStore } from "@openma/storage/blobs";

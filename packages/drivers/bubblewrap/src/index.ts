@@ -4,7 +4,6 @@ export { type EgressDecision, type EgressOptions, EgressProxy, isAllowed, parseA
 export type { ProcessEnd, SandboxProcess, Tools } from "./exec.ts";
 export { type ExtraBind, HOST_ETC_ALLOWLIST } from "./layout.ts";
 export { DEFAULT_LIMITS, type LimitEnforcement, type ResourceLimits } from "./limits.ts";
-export { type HostProcess, hostProcesses } from "./proc.ts";
 export { bubblewrapProcesses } from "./process-port.ts";
 export { DENIED_SYSCALLS, seccompProgram } from "./seccomp.ts";
 export { PROVIDER as BUBBLEWRAP_PROVIDER } from "./state.ts";

@@ -9,9 +9,10 @@ import { copyFileSync, mkdirSync, readFileSync, realpathSync, statSync } from "n
 import { readlink, rm, stat } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { ManagedSandboxLease, ToolSandboxPort } from "@openma/contract";
+import { hostProcesses } from "@openma/driver-suite/host-processes";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BubblewrapSandbox } from "./driver.ts";
-import { hostProcesses, readStat } from "./proc.ts";
+import { readStat } from "./proc.ts";
 import { acquire, assertBwrapInstalled, fenceFor, never, PLAN, scratch } from "./test-support.ts";
 
 const text = (bytes: Uint8Array) => Buffer.from(bytes).toString("utf8");

@@ -4,7 +4,7 @@
  * (field 22 of /proc/<pid>/stat, in clock ticks since boot): a signal is only
  * ever sent to the exact process we started.
  */
-import { readdir, readFile } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 
 export interface ProcessStat {
   pid: number;
@@ -71,26 +71,4 @@ export async function waitGone(pid: number, startTime: number, timeoutMs: number
     if (Date.now() >= deadline) return false;
     await new Promise((resolve) => setTimeout(resolve, delay));
   }
-}
-
-export interface HostProcess {
-  pid: number;
-  /** argv joined with spaces. */
-  argv: string;
-  /** `KEY=value` entries joined with newlines; empty when unreadable (kernel threads, zombies, other users). */
-  environ: string;
-}
-
-/** Every live process on the host, with argv and environment (complete only when run as root). */
-export async function hostProcesses(): Promise<HostProcess[]> {
-  const names = await readdir("/proc");
-  const out: HostProcess[] = [];
-  for (const name of names) {
-    if (!/^\d+$/.test(name)) continue;
-    const pid = Number(name);
-    const argv = await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "");
-    const environ = await readFile(`/proc/${pid}/environ`, "utf8").catch(() => "");
-    out.push({ pid, argv: argv.split("\0").join(" ").trim(), environ: environ.split("\0").join("\n") });
-  }
-  return out;
 }

@@ -16,9 +16,8 @@ import type {
   SessionOutputBinding,
   WorkspaceBinding,
 } from "@openma/contract";
-import type { DriverUnderTest } from "@openma/driver-suite";
+import { type DriverUnderTest, hostProcesses } from "@openma/driver-suite";
 import { type BubblewrapOptions, BubblewrapSandbox, PROVISION_HINT } from "./driver.ts";
-import { hostProcesses } from "./proc.ts";
 
 export function assertBwrapInstalled(): void {
   if (!["/usr/bin/bwrap", "/bin/bwrap", "/usr/local/bin/bwrap"].some((path) => existsSync(path))) {

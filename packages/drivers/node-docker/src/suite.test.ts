@@ -5,24 +5,12 @@
  * host's /proc, which is how the suite's process probes see them. Fails,
  * never skips, when the engine or the images are missing.
  */
-import { mkdir, readdir, readFile, writeFile } from "node:fs/promises";
+import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { type DriverUnderTest, describeDriver, type HostProcessView } from "@openma/driver-suite";
+import { type DriverUnderTest, describeDriver, hostProcesses } from "@openma/driver-suite";
 import { afterAll, describe, expect, it } from "vitest";
 import { connectDocker } from "./engine.ts";
 import { type DockerTestEnv, hostBindings, removeHostBindings, removeRunContainers, requireDocker, TEST_LABEL } from "./testing.ts";
-
-/** Every process on the host (container processes included) with argv and environment; complete as root. */
-async function hostProcesses(): Promise<HostProcessView[]> {
-  const out: HostProcessView[] = [];
-  for (const name of await readdir("/proc")) {
-    if (!/^\d+$/.test(name)) continue;
-    const argv = await readFile(`/proc/${name}/cmdline`, "utf8").catch(() => "");
-    const environ = await readFile(`/proc/${name}/environ`, "utf8").catch(() => "");
-    out.push({ pid: Number(name), argv: argv.split("\0").join(" ").trim(), environ: environ.split("\0").join("\n") });
-  }
-  return out;
-}
 
 async function dockerUnderTest(env: DockerTestEnv): Promise<DriverUnderTest> {
   const driver = env.driver();

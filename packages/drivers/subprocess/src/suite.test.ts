@@ -4,20 +4,8 @@
  * namespace), so the cases that need those are declared as skips, each
  * with the reason.
  */
-import { readdir, readFile } from "node:fs/promises";
-import { describeDriver, type HostProcessView } from "@openma/driver-suite";
+import { describeDriver, hostProcesses } from "@openma/driver-suite";
 import { SubprocessSandboxDriver } from "./driver.ts";
-
-async function hostProcesses(): Promise<HostProcessView[]> {
-  const out: HostProcessView[] = [];
-  for (const name of await readdir("/proc")) {
-    if (!/^\d+$/.test(name)) continue;
-    const argv = await readFile(`/proc/${name}/cmdline`, "utf8").catch(() => "");
-    const environ = await readFile(`/proc/${name}/environ`, "utf8").catch(() => "");
-    out.push({ pid: Number(name), argv: argv.split("\0").join(" "), environ: environ.split("\0").join("\n") });
-  }
-  return out;
-}
 
 const NO_LIFECYCLE = "tools-only test driver: it has no ManagedSandboxPort, so there is no runtime or lease to";
 

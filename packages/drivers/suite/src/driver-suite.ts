@@ -22,6 +22,9 @@ import type { RuntimeResourceScope } from "@openma/contract/scope";
 import type { ExecResult, OutputStream, ToolSandboxPort } from "@openma/contract/tool-sandbox";
 import type { WorkspaceBinding } from "@openma/contract/workspace";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { HostProcessView } from "./host-processes.ts";
+
+export { type HostProcessView, hostProcesses } from "./host-processes.ts";
 
 export const DRIVER_SUITE_CASES = [
   "acquire",
@@ -38,12 +41,6 @@ export const DRIVER_SUITE_CASES = [
 ] as const;
 
 export type DriverSuiteCase = (typeof DRIVER_SUITE_CASES)[number];
-
-export interface HostProcessView {
-  pid: number;
-  argv: string;
-  environ: string;
-}
 
 export interface DriverUnderTest {
   /** The lifecycle port; null for a tools-only driver (whose lifecycle cases must then be skipped). */
