@@ -1,7 +1,7 @@
 /** Vaults and credentials through the official SDK, on both storage backends. */
 import Anthropic from "@anthropic-ai/sdk";
 import { type ApiDeps, createApp, type Logger } from "@openma/api";
-import { hashSecret, newId, systemClock } from "@openma/storage";
+import { hashSecret, newId, openVaultSecret, systemClock } from "@openma/storage";
 import { BACKENDS, openTestStorage } from "@openma/storage/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../support/server.ts";
@@ -144,9 +144,11 @@ describe.each(BACKENDS)("vaults on %s", (dialect) => {
       .select(["id", "body", "secret"])
       .where("vault_id", "=", vault.id)
       .execute();
-    const bearerRow = rows.find((r) => r.id === bearer.id)!;
-    expect(JSON.parse(bearerRow.secret)).toEqual({ token: SECRETS.token });
-    expect(JSON.parse(rows.find((r) => r.id === oauth.id)!.secret)).toEqual({
+    // Sealed at rest (see vault-secrets-at-rest.test.ts): opened here with the server's key.
+    const opened = (id: string) => JSON.parse(openVaultSecret(t.secrets, id, rows.find((r) => r.id === id)!.secret));
+    expectNoSecrets(rows.map((r) => r.secret));
+    expect(opened(bearer.id)).toEqual({ token: SECRETS.token });
+    expect(opened(oauth.id)).toEqual({
       access_token: SECRETS.access,
       refresh_token: SECRETS.refresh,
       client_secret: SECRETS.client,
@@ -173,7 +175,7 @@ describe.each(BACKENDS)("vaults on %s", (dialect) => {
       .select("secret")
       .where("id", "=", bearer.id)
       .executeTakeFirstOrThrow();
-    expect(JSON.parse(row.secret)).toEqual({ token: SECRETS.rotated });
+    expect(JSON.parse(openVaultSecret(t.secrets, bearer.id, row.secret))).toEqual({ token: SECRETS.rotated });
 
     const typeChange = await errorOf(creds.update(bearer.id, { vault_id: vault.id, auth: { type: "mcp_oauth", access_token: "x" } }));
     expect(typeChange).toBeInstanceOf(Anthropic.BadRequestError);

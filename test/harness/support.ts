@@ -70,6 +70,7 @@ export async function startHarness(dialect: Dialect, script: ScriptInput = [], s
     model: modelPort(model.url, sleeps),
     sandboxes: driver,
     serverTools,
+    secrets: t.secrets,
   };
   const events = async (sessionId: string) => {
     const out: BetaManagedAgentsSessionEvent[] = [];

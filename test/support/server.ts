@@ -4,9 +4,10 @@
  */
 import Anthropic from "@anthropic-ai/sdk";
 import { silentLogger } from "@openma/api";
-import type { Dialect } from "@openma/storage";
+import type { Dialect, SecretBox } from "@openma/storage";
 import { openTestStorage, type TestStorage } from "@openma/storage/testing";
 import { loadConfig } from "../../apps/openma/src/config.ts";
+import { loadSecretKeys } from "../../apps/openma/src/secret-key.ts";
 import { type RunningServer, startServer } from "../../apps/openma/src/server.ts";
 
 export const TEST_API_KEY = "sk-ant-api03-test-admin-key-0123456789";
@@ -19,6 +20,8 @@ export interface TestServer {
   client: Anthropic;
   /** A client with another credential (environment key, sessions token). */
   clientWith(authToken: string): Anthropic;
+  /** The server's vault secret key (what seals `vault_credentials.secret`). */
+  secrets: SecretBox;
   close(): Promise<void>;
 }
 
@@ -43,6 +46,7 @@ export async function startTestServer(dialect: Dialect, env: Record<string, stri
     apiKey: TEST_API_KEY,
     client: new Anthropic({ baseURL, apiKey: TEST_API_KEY, maxRetries: 0 }),
     clientWith,
+    secrets: loadSecretKeys(config.dataDir, config.secretKeys).box,
     async close() {
       await server.close();
       await store.cleanup();

@@ -2,6 +2,7 @@
 import { resolve } from "node:path";
 import { SELF_HOSTED_BRAIN_VALUES, type SelfHostedBrain } from "@openma/execution/placement";
 import type { BlobEnv } from "@openma/storage/s3-blobs";
+import { decodeSecretKey } from "@openma/storage/secret-box";
 import { z } from "zod";
 import { SANDBOX_CHOICES, type SandboxChoice } from "./sandbox.ts";
 
@@ -16,6 +17,15 @@ const schema = z.object({
     .regex(/^[a-z_][a-z0-9_]*$/, "OPENMA_PG_SCHEMA must be a lower-case identifier")
     .optional(),
   OPENMA_API_KEY: z.string().min(16, "OPENMA_API_KEY must be at least 16 characters").optional(),
+  // Seals vault credential secrets at rest: base64 of 32 bytes; a comma-separated list rotates (first seals, all open).
+  OPENMA_SECRET_KEY: z
+    .string()
+    .refine(
+      (v) => v.split(",").every((k) => isSecretKey(k)),
+      "OPENMA_SECRET_KEY must be base64 of 32 bytes, or a comma-separated list of such keys (the first seals)",
+    )
+    .transform((v) => v.split(",").map((k) => k.trim()))
+    .optional(),
   OPENMA_PUBLIC_URL: z.url().optional(),
   OPENMA_WORK_TTL_SECONDS: z.coerce.number().int().min(2).max(3600).default(120),
   OPENMA_SSE_KEEPALIVE_MS: z.coerce.number().int().min(100).default(15_000),
@@ -65,6 +75,8 @@ export interface ServerConfig {
   databaseUrl: string | undefined;
   pgSchema: string | undefined;
   apiKey: string | undefined;
+  /** OPENMA_SECRET_KEY, current key first; absent: a key generated into the data dir. Secret: never log. */
+  secretKeys: string[] | undefined;
   publicUrl: string | undefined;
   workTtlSeconds: number;
   sseKeepAliveMs: number;
@@ -111,6 +123,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
     databaseUrl: e.DATABASE_URL,
     pgSchema: e.OPENMA_PG_SCHEMA,
     apiKey: e.OPENMA_API_KEY,
+    secretKeys: e.OPENMA_SECRET_KEY,
     publicUrl: e.OPENMA_PUBLIC_URL,
     workTtlSeconds: e.OPENMA_WORK_TTL_SECONDS,
     sseKeepAliveMs: e.OPENMA_SSE_KEEPALIVE_MS,
@@ -127,6 +140,15 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
     blobs: blobEnvOf(e),
     runtimeHost: runtimeHostOf(e),
   };
+}
+
+function isSecretKey(text: string): boolean {
+  try {
+    decodeSecretKey(text);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 function runtimeHostOf(e: z.infer<typeof schema>): RuntimeHostConfig | undefined {

@@ -10,13 +10,14 @@ import { harnessRunner } from "@openma/execution/harness-runner";
 import { createAnthropicModel } from "@openma/harness";
 import { createMcpExecutors } from "@openma/harness/server-tools/mcp";
 import { WebFetchExecutor } from "@openma/harness/server-tools/web-fetch";
-import { newId, openStorage, type Storage, systemClock } from "@openma/storage";
+import { newId, openStorage, resealVaultCredentialSecrets, type Storage, systemClock } from "@openma/storage";
 import type { BlobStore } from "@openma/storage/blobs";
 import pino from "pino";
 import { ensureAdminKey } from "./admin-key.ts";
 import type { ServerConfig } from "./config.ts";
 import { startConfiguredRuntimeHost } from "./runtime-host.ts";
 import { type AvailabilityProbes, openServeSandboxes, type ServeSandboxes } from "./sandbox.ts";
+import { loadSecretKeys, type SecretKeys } from "./secret-key.ts";
 import { followSessionClosures, type SessionClosures } from "./session-closures.ts";
 import { VERSION } from "./version.ts";
 
@@ -53,6 +54,7 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
       onBackgroundError: (err) => logger.warn({ err: err.message }, "storage background error"),
     }));
   const adminKey = await ensureAdminKey(storage, config.dataDir, config.apiKey);
+  const secretKeys = loadSecretKeys(config.dataDir, config.secretKeys);
   // Set once the brain runs (after the listener); before that no session can hold a sandbox.
   let brain: Brain | null = null;
   const deps: ApiDeps = {
@@ -67,8 +69,10 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
     selfHostedBrain: config.brain.selfHosted,
     // An archived or deleted session's sandbox goes now, not when its idle timer fires.
     onSessionClosed: (sessionId) => brain?.sandboxes.release(sessionId),
+    secrets: secretKeys.box,
     ...opts.deps,
   };
+  await sealSecretsAtRest(storage, deps, secretKeys, logger);
   const app = createApp(deps, { version: VERSION });
 
   const server = serve({ fetch: app.fetch, port: config.port, hostname: config.host });
@@ -142,6 +146,30 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
 }
 
 /**
+ * Seals the vault secrets that are not yet sealed with the current key: rows
+ * written before encryption, or under a retired key. Runs before the
+ * listener, so no request sees a half-migrated table from this process.
+ */
+async function sealSecretsAtRest(storage: Storage, deps: ApiDeps, keys: SecretKeys, logger: Logger): Promise<void> {
+  if (!deps.secrets) return;
+  if (keys.generated) logger.info({ file: keys.file }, "generated the vault secret key");
+  if (storage.dialect === "postgres" && keys.source === "data_dir") {
+    logger.warn(
+      { file: keys.file },
+      "OPENMA_SECRET_KEY is not set: vault secrets are sealed with this data dir's key; every server sharing the database needs the same OPENMA_SECRET_KEY",
+    );
+  }
+  const report = await resealVaultCredentialSecrets(storage, deps.secrets);
+  if (report.resealed > 0) logger.info({ resealed: report.resealed, key_id: deps.secrets.currentKeyId }, "sealed vault secrets at rest");
+  if (report.unreadable.length > 0) {
+    logger.warn(
+      { credential_ids: report.unreadable.slice(0, 20), count: report.unreadable.length },
+      "vault credential secrets that no configured key opens: those credentials are unusable until the key that sealed them is configured",
+    );
+  }
+}
+
+/**
  * The brain: an execution worker running the default harness on the sessions
  * whose turns this server schedules. Without a model key it still runs, and
  * a session then fails with the harness's clear `session.error`. Sandbox
@@ -164,6 +192,7 @@ async function startBrain(config: ServerConfig, deps: ApiDeps, probes: Availabil
     logger: deps.logger,
     model: createAnthropicModel({ baseURL: config.model.baseUrl, apiKey: config.model.apiKey }),
     sandboxes,
+    secrets: deps.secrets,
     serverTools: [new WebFetchExecutor()],
     // MCP connections belong to one session's agent: made per run, closed when it ends.
     sessionTools: (ctx) => createMcpExecutors(ctx.agent),

@@ -1,6 +1,6 @@
 /** What every route can reach through `c.get(...)`: injected, never global. */
 import type { SelfHostedBrain } from "@openma/execution/placement";
-import type { Clock, IdFactory, Storage } from "@openma/storage";
+import type { Clock, IdFactory, SecretBox, Storage } from "@openma/storage";
 import type { Credential } from "./auth.ts";
 
 export interface Logger {
@@ -35,6 +35,13 @@ export interface ApiDeps {
    * the request, which has already committed.
    */
   onSessionClosed?: SessionClosedHook;
+  /**
+   * Seals vault credential secrets at rest (see @openma/storage vault-secrets).
+   * `openma serve` always configures one (OPENMA_SECRET_KEY or a key generated
+   * into the data dir) and binds it to `storage` for the harness. Without it,
+   * secrets are written as plaintext JSON and sealed ones cannot be read.
+   */
+  secrets?: SecretBox | undefined;
 }
 
 /** Published on the change bus after a session is archived or deleted. */

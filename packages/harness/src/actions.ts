@@ -34,7 +34,7 @@ async function execute(
 ): Promise<Outcome> {
   if (action.type === "refuse") return { content: [{ type: "text", text: action.message }], isError: true };
   if (action.type === "server") {
-    const toolCtx = serverToolContext(deps.storage, ctx);
+    const toolCtx = serverToolContext(deps, ctx);
     try {
       const name = await exposedNameFor(action.executor, toolCtx, toolUse.name);
       return await action.executor.execute({ name, input: toolUse.input, toolUseId: toolUse.id }, toolCtx, signal);

@@ -1,5 +1,5 @@
 /** What the loop reads about the session besides its log: the agent snapshot and the environment. */
-import type { Storage } from "@openma/storage";
+import type { SecretBox, Storage } from "@openma/storage";
 import type { ServerToolContext } from "./server-tools.ts";
 import type { SessionAgentView } from "./tools.ts";
 
@@ -39,8 +39,9 @@ export async function loadContext(storage: Storage, sessionId: string): Promise<
   };
 }
 
-export function serverToolContext(storage: Storage, ctx: SessionContext): ServerToolContext {
-  return { sessionId: ctx.sessionId, agent: ctx.agent, environment: ctx.environment, vaultIds: ctx.vaultIds, storage };
+export function serverToolContext(deps: { storage: Storage; secrets?: SecretBox | undefined }, ctx: SessionContext): ServerToolContext {
+  const { storage, secrets } = deps;
+  return { sessionId: ctx.sessionId, agent: ctx.agent, environment: ctx.environment, vaultIds: ctx.vaultIds, storage, secrets };
 }
 
 export function modelIdOf(agent: SessionAgentView): string {

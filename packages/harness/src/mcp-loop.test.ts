@@ -58,7 +58,7 @@ describe("buildCatalogue: MCP per-tool configs", () => {
         },
       ],
     };
-    const catalogue = await buildCatalogue(agent, true, [renaming], toolContext({} as Storage, agent));
+    const catalogue = await buildCatalogue(agent, true, [renaming], toolContext({ storage: {} as Storage }, agent));
     expect(catalogue.definitions.map((d) => d.name)).toEqual(["docs__search", "docs__list"]);
     expect(catalogue.routes.get("docs__search")).toMatchObject({
       type: "server",

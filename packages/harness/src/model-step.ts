@@ -178,7 +178,7 @@ export async function modelStep(
   signal: AbortSignal,
 ): Promise<TurnOutcome | null> {
   const key = `model:${state.lastContentSeq}`;
-  const catalogue = await buildCatalogue(ctx.agent, ctx.envType === "none", executors, serverToolContext(deps.storage, ctx));
+  const catalogue = await buildCatalogue(ctx.agent, ctx.envType === "none", executors, serverToolContext(deps, ctx));
   await reportToolListing(deps, ctx, key, catalogue);
   const request: ModelRequest = {
     model: modelIdOf(ctx.agent),

@@ -15,7 +15,7 @@
  *   a throw becomes an `is_error` result (plus a `session.error` when the
  *   error describes itself with `toSessionError`).
  */
-import type { Storage } from "@openma/storage";
+import type { SecretBox, Storage } from "@openma/storage";
 
 export interface ModelToolDefinition {
   name: string;
@@ -31,6 +31,8 @@ export interface ServerToolContext {
   environment: unknown;
   vaultIds: string[];
   storage: Storage;
+  /** The server's vault key: opens (and re-seals) the credentials' secrets at rest. */
+  secrets?: SecretBox | undefined;
 }
 
 /** What an exposed tool name stands for, when the executor renames tools (MCP: `<server>__<tool>`). */

@@ -20,7 +20,7 @@
  */
 import type { Logger } from "@openma/api";
 import type { SandboxResolver } from "@openma/contract";
-import type { Clock, IdFactory, Storage } from "@openma/storage";
+import type { Clock, IdFactory, SecretBox, Storage } from "@openma/storage";
 import { actStep } from "./actions.ts";
 import { draft, withSession } from "./append.ts";
 import { loadContext, type SessionContext, serverToolContext } from "./context.ts";
@@ -48,6 +48,8 @@ export interface TurnRunnerDeps {
    * closed when it returns.
    */
   sessionTools?: (ctx: ServerToolContext) => SessionToolSet;
+  /** The server's vault key, handed to server tools that use vault credentials. */
+  secrets?: SecretBox | undefined;
 }
 
 /** A guard against a planner bug looping forever; a real turn never gets near it. */
@@ -70,7 +72,7 @@ export async function runTurn(deps: TurnRunnerDeps, sessionId: string, signal: A
   const held: { set: SessionToolSet | null } = { set: null };
   try {
     return await runSteps(deps, sessionId, signal, (ctx) => {
-      if (deps.sessionTools) held.set ??= deps.sessionTools(serverToolContext(deps.storage, ctx));
+      if (deps.sessionTools) held.set ??= deps.sessionTools(serverToolContext(deps, ctx));
       return held.set ? [...deps.serverTools, ...held.set.executors] : deps.serverTools;
     });
   } catch (err) {
@@ -99,7 +101,12 @@ async function reportCredentialHosts(deps: TurnRunnerDeps, ctx: SessionContext, 
   if (ctx.vaultIds.length === 0) return;
   let errors: Awaited<ReturnType<typeof credentialHostErrors>>;
   try {
-    errors = await credentialHostErrors({ storage: deps.storage, vaultIds: ctx.vaultIds, environment: ctx.environment });
+    errors = await credentialHostErrors({
+      storage: deps.storage,
+      vaultIds: ctx.vaultIds,
+      environment: ctx.environment,
+      secrets: deps.secrets,
+    });
   } catch (err) {
     // A check that cannot run must not block the turn; the executors still refuse what the credentials do not cover.
     deps.logger.warn({ session_id: ctx.sessionId, err: (err as Error).message }, "credential host check failed");

@@ -2,7 +2,13 @@
  * `/v1/vaults` and `/v1/vaults/{vault_id}/credentials` (API key only).
  * Credential secrets (tokens, client secrets, secret values) are accepted on
  * create/update, kept in the `secret` column and never returned or logged.
+ * The column holds them sealed by `deps.secrets` (AES-256-GCM, bound to the
+ * credential id; see @openma/storage vault-secrets); rows written before
+ * encryption hold plaintext JSON, which still reads and which the server
+ * re-seals at start-up.
  */
+
+import { openVaultSecret, SecretBoxError, sealVaultSecret } from "@openma/storage";
 import type { Context } from "hono";
 import { Hono } from "hono";
 import { requireCredential } from "../auth.ts";
@@ -57,6 +63,7 @@ export async function loadVault(c: Context<AppEnv>, id: string): Promise<Vault> 
   return fromJson<Vault>(row.body);
 }
 
+/** `secret` is the stored column text (sealed, or legacy plaintext): conditional writes compare exactly it. */
 async function loadCredential(c: Context<AppEnv>, vaultId: string, id: string): Promise<{ credential: VaultCredential; secret: string }> {
   const row = await c
     .get("deps")
@@ -67,6 +74,26 @@ async function loadCredential(c: Context<AppEnv>, vaultId: string, id: string): 
     .executeTakeFirst();
   if (!row) throw notFound("vault credential", id);
   return { credential: fromJson<VaultCredential>(row.body), secret: row.secret };
+}
+
+/**
+ * Opens a credential's stored secret. A value this server cannot open (a
+ * missing or wrong OPENMA_SECRET_KEY, or an altered row) is a server-side
+ * fault: a 500 naming the credential and the reason, never the value.
+ */
+function readSecret(c: Context<AppEnv>, credentialId: string, stored: string): CredentialSecret {
+  let json: string;
+  try {
+    json = openVaultSecret(c.get("deps").secrets, credentialId, stored);
+  } catch (err) {
+    if (!(err instanceof SecretBoxError)) throw err;
+    throw new ApiError(
+      500,
+      "api_error",
+      `the stored secret of vault credential ${credentialId} cannot be decrypted with this server's secret keys (${err.reason})`,
+    );
+  }
+  return fromJson<CredentialSecret>(json);
 }
 
 export function vaultRoutes(): Hono<AppEnv> {
@@ -197,7 +224,7 @@ function credentialRoutes(r: Hono<AppEnv>): void {
         id: credential.id,
         vault_id: vaultId,
         body: JSON.stringify(credential),
-        secret: JSON.stringify(secret),
+        secret: sealVaultSecret(deps.secrets, credential.id, JSON.stringify(secret)),
         created_at: now,
         updated_at: now,
         archived_at: null,
@@ -222,26 +249,29 @@ function credentialRoutes(r: Hono<AppEnv>): void {
     const vaultId = pathId(c, "vault_id");
     const id = pathId(c, "credential_id");
     const input = await parseJsonBody(c, credentialUpdateSchema, { allowEmpty: true });
-    const { credential: current, secret } = await loadCredential(c, vaultId, id);
+    const { credential: current, secret: stored } = await loadCredential(c, vaultId, id);
     if (current.archived_at) throw badRequest("vault credential is archived and cannot be updated");
+    const deps = c.get("deps");
     const next: VaultCredential = { ...current, metadata: applyMetadataPatch(current.metadata, input.metadata) };
     if (input.display_name !== undefined) next.display_name = input.display_name;
-    let nextSecret = fromJson<CredentialSecret>(secret);
+    // The stored text is kept unless the secret itself changes: a fresh nonce would make every seal differ.
+    let secretText = stored;
     if (input.auth) {
-      const applied = applyAuthUpdate(current.auth, nextSecret, input.auth, c.get("deps").clock.now());
+      const currentSecret = readSecret(c, id, stored);
+      const applied = applyAuthUpdate(current.auth, currentSecret, input.auth, deps.clock.now());
       next.auth = applied.auth;
-      nextSecret = applied.secret;
+      const nextJson = JSON.stringify(applied.secret);
+      if (nextJson !== JSON.stringify(currentSecret)) secretText = sealVaultSecret(deps.secrets, id, nextJson);
     }
-    const secretText = JSON.stringify(nextSecret);
-    if (JSON.stringify(next) === JSON.stringify(current) && secretText === secret) return c.json(current);
+    if (JSON.stringify(next) === JSON.stringify(current) && secretText === stored) return c.json(current);
     next.updated_at = nowIso(c);
-    const updated = await c
-      .get("deps")
-      .storage.db.updateTable("vault_credentials")
+    // Conditional on the exact stored text read (ciphertext or legacy plaintext), never on a re-sealed one.
+    const updated = await deps.storage.db
+      .updateTable("vault_credentials")
       .set({ body: JSON.stringify(next), secret: secretText, updated_at: next.updated_at })
       .where("id", "=", id)
       .where("body", "=", JSON.stringify(current))
-      .where("secret", "=", secret)
+      .where("secret", "=", stored)
       .executeTakeFirst();
     if (Number(updated.numUpdatedRows) !== 1) throw concurrentChange("vault credential");
     return c.json(next);
@@ -284,7 +314,7 @@ function credentialRoutes(r: Hono<AppEnv>): void {
     const { credential, secret } = await loadCredential(c, vaultId, id);
     if (credential.auth.type !== "mcp_oauth")
       throw badRequest(`credential is ${credential.auth.type}; only mcp_oauth credentials can be validated`);
-    const stored = fromJson<CredentialSecret>(secret);
+    const stored = readSecret(c, id, secret);
     // This server makes no outbound calls to MCP servers or token endpoints, so it cannot tell.
     return c.json({
       type: "vault_credential_validation" as const,

@@ -4,6 +4,7 @@
  * through the official SDK on the real server, so the executors read exactly
  * what the API stores, on both backends.
  */
+import { openVaultSecret } from "@openma/storage";
 import { BACKENDS } from "@openma/storage/testing";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../../../../test/support/server.ts";
@@ -116,7 +117,7 @@ describe.each(BACKENDS)("MCP executors on %s", (dialect) => {
     ]);
     const m = executorsFor(agent);
     expect(m.executors.map((e) => e.id)).toEqual(["notes"]);
-    const ctx = toolContext(t.store.storage, agent);
+    const ctx = toolContext({ storage: t.store.storage, secrets: t.secrets }, agent);
     const tools = await m.executors[0]!.listTools(ctx);
     expect(tools.map((d) => d.name).sort()).toEqual(["notes__echo", "notes__private_note"]);
     const echo = tools.find((d) => d.name === "notes__echo")!;
@@ -137,7 +138,7 @@ describe.each(BACKENDS)("MCP executors on %s", (dialect) => {
   it("calls a tool and converts its result to text", async () => {
     const agent = await agentFor(mcp.url);
     const m = executorsFor(agent);
-    const ctx = toolContext(t.store.storage, agent);
+    const ctx = toolContext({ storage: t.store.storage, secrets: t.secrets }, agent);
     await m.executors[0]!.listTools(ctx);
     const result = await m.executors[0]!.execute(
       { name: "notes__echo", input: { text: "hi" }, toolUseId: "t1" },
@@ -156,7 +157,7 @@ describe.each(BACKENDS)("MCP executors on %s", (dialect) => {
   it("returns tool-level failures as error results", async () => {
     const agent = await agentFor(mcp.url);
     const m = executorsFor(agent);
-    const ctx = toolContext(t.store.storage, agent);
+    const ctx = toolContext({ storage: t.store.storage, secrets: t.secrets }, agent);
     const [exec] = m.executors;
     await exec!.listTools(ctx);
     const signal = new AbortController().signal;
@@ -174,7 +175,7 @@ describe.each(BACKENDS)("MCP executors on %s", (dialect) => {
     const agent = await agentFor(mcp.url);
     const vaultId = await vaultWith({ type: "static_bearer", mcp_server_url: `${mcp.url}/`, token: VALID_TOKEN });
     const m = executorsFor(agent);
-    const ctx = toolContext(t.store.storage, agent, { vaultIds: [vaultId] });
+    const ctx = toolContext({ storage: t.store.storage, secrets: t.secrets }, agent, { vaultIds: [vaultId] });
     const before = mcp.authorizations.length;
     await m.executors[0]!.listTools(ctx);
     const result = await m.executors[0]!.execute(
@@ -195,7 +196,9 @@ describe.each(BACKENDS)("MCP executors on %s", (dialect) => {
     const agent = await agentFor(mcp.url);
     const vaultId = await vaultWith({ type: "static_bearer", mcp_server_url: mcp.url, token: "wrong-token-0000" });
     const m = executorsFor(agent);
-    const err = await rejection(m.executors[0]!.listTools(toolContext(t.store.storage, agent, { vaultIds: [vaultId] })));
+    const err = await rejection(
+      m.executors[0]!.listTools(toolContext({ storage: t.store.storage, secrets: t.secrets }, agent, { vaultIds: [vaultId] })),
+    );
     expect(err).toBeInstanceOf(McpServerError);
     const session = (err as McpServerError).toSessionError();
     expect(session).toEqual({
@@ -213,7 +216,9 @@ describe.each(BACKENDS)("MCP executors on %s", (dialect) => {
     const elsewhere = await vaultWith({ type: "static_bearer", mcp_server_url: "https://other.example/mcp", token: "wrong-token-2222" });
     const m = executorsFor(agent);
     const before = mcp.authorizations.length;
-    await m.executors[0]!.listTools(toolContext(t.store.storage, agent, { vaultIds: [archived, elsewhere] }));
+    await m.executors[0]!.listTools(
+      toolContext({ storage: t.store.storage, secrets: t.secrets }, agent, { vaultIds: [archived, elsewhere] }),
+    );
     expect(mcp.authorizations.slice(before).every((a) => a === null)).toBe(true);
   });
 
@@ -221,7 +226,7 @@ describe.each(BACKENDS)("MCP executors on %s", (dialect) => {
     const port = await closedPort();
     const agent = await agentFor(`http://127.0.0.1:${port}/mcp`);
     const m = executorsFor(agent);
-    const err = await rejection(m.executors[0]!.listTools(toolContext(t.store.storage, agent)));
+    const err = await rejection(m.executors[0]!.listTools(toolContext({ storage: t.store.storage, secrets: t.secrets }, agent)));
     expect(err).toBeInstanceOf(McpServerError);
     expect((err as McpServerError).errorType).toBe("mcp_connection_failed_error");
     expect((err as McpServerError).mcpServerName).toBe("notes");
@@ -231,7 +236,7 @@ describe.each(BACKENDS)("MCP executors on %s", (dialect) => {
   it("honours the caller's abort signal during a call", async () => {
     const agent = await agentFor(mcp.url);
     const m = executorsFor(agent);
-    const ctx = toolContext(t.store.storage, agent);
+    const ctx = toolContext({ storage: t.store.storage, secrets: t.secrets }, agent);
     await m.executors[0]!.listTools(ctx);
     const controller = new AbortController();
     const call = m.executors[0]!.execute({ name: "notes__hang", input: {}, toolUseId: "t1" }, ctx, controller.signal);
@@ -268,7 +273,7 @@ describe.each(BACKENDS)("MCP executors on %s", (dialect) => {
     const m = executorsFor(agent, { now: () => Date.now() + 2 * HOUR });
     const before = mcp.authorizations.length;
     const tokenCalls = mcp.tokenRequests.length;
-    await m.executors[0]!.listTools(toolContext(t.store.storage, agent, { vaultIds: [vault.id] }));
+    await m.executors[0]!.listTools(toolContext({ storage: t.store.storage, secrets: t.secrets }, agent, { vaultIds: [vault.id] }));
     const form = mcp.tokenRequests[tokenCalls]!;
     expect(Object.fromEntries(form)).toEqual({
       grant_type: "refresh_token",
@@ -282,7 +287,12 @@ describe.each(BACKENDS)("MCP executors on %s", (dialect) => {
       .selectAll()
       .where("id", "=", credential.id)
       .executeTakeFirstOrThrow();
-    expect(JSON.parse(row.secret)).toMatchObject({ access_token: VALID_TOKEN, refresh_token: `${REFRESH_TOKEN}-next` });
+    // Persisted sealed, like the API writes it.
+    expect(row.secret).not.toContain(VALID_TOKEN);
+    expect(JSON.parse(openVaultSecret(t.secrets, credential.id, row.secret))).toMatchObject({
+      access_token: VALID_TOKEN,
+      refresh_token: `${REFRESH_TOKEN}-next`,
+    });
     const stored = await t.client.beta.vaults.credentials.retrieve(credential.id, { vault_id: vault.id });
     // The new expiry (now + expires_in by the executor's clock) is visible through the API; the tokens are not.
     const expiresAt = stored.auth.type === "mcp_oauth" ? Date.parse(stored.auth.expires_at ?? "") : Number.NaN;
@@ -305,7 +315,9 @@ describe.each(BACKENDS)("MCP executors on %s", (dialect) => {
     });
     const m = executorsFor(agent);
     const before = mcp.authorizations.length;
-    const tools = await m.executors[0]!.listTools(toolContext(t.store.storage, agent, { vaultIds: [vaultId] }));
+    const tools = await m.executors[0]!.listTools(
+      toolContext({ storage: t.store.storage, secrets: t.secrets }, agent, { vaultIds: [vaultId] }),
+    );
     expect(tools.length).toBe(3);
     const seen = mcp.authorizations.slice(before);
     expect(seen[0]).toBe("Bearer revoked-access-token-4c2");
@@ -322,7 +334,9 @@ describe.each(BACKENDS)("MCP executors on %s", (dialect) => {
     });
     const later = () => Date.now() + 2 * HOUR;
     const err1 = await rejection(
-      executorsFor(agent, { now: later }).executors[0]!.listTools(toolContext(t.store.storage, agent, { vaultIds: [noRefresh] })),
+      executorsFor(agent, { now: later }).executors[0]!.listTools(
+        toolContext({ storage: t.store.storage, secrets: t.secrets }, agent, { vaultIds: [noRefresh] }),
+      ),
     );
     expect((err1 as McpServerError).errorType).toBe("mcp_authentication_failed_error");
     expect((err1 as McpServerError).message).toContain("has expired and it has no refresh configuration");
@@ -340,7 +354,9 @@ describe.each(BACKENDS)("MCP executors on %s", (dialect) => {
       },
     });
     const err2 = await rejection(
-      executorsFor(agent, { now: later }).executors[0]!.listTools(toolContext(t.store.storage, agent, { vaultIds: [badRefresh] })),
+      executorsFor(agent, { now: later }).executors[0]!.listTools(
+        toolContext({ storage: t.store.storage, secrets: t.secrets }, agent, { vaultIds: [badRefresh] }),
+      ),
     );
     expect((err2 as McpServerError).errorType).toBe("mcp_authentication_failed_error");
     expect((err2 as McpServerError).message).toContain("token endpoint answered HTTP 400");
@@ -359,7 +375,7 @@ describe.each(BACKENDS)("MCP executors on %s", (dialect) => {
     });
     const m = executorsFor(agent);
     expect(m.executors.map((e) => e.id)).toEqual(["a", "b"]);
-    const ctx = toolContext(t.store.storage, agent);
+    const ctx = toolContext({ storage: t.store.storage, secrets: t.secrets }, agent);
     const a = await m.executors[0]!.listTools(ctx);
     const b = await m.executors[1]!.listTools(ctx);
     expect(a.map((d) => d.name)).toContain("a__echo");

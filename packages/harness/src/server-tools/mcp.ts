@@ -197,6 +197,7 @@ class McpRun {
     if (!this.credentials) {
       const { now, fetch: fetchImpl } = this.options;
       this.credentials = await SessionCredentials.load(ctx.storage, ctx.vaultIds, {
+        secrets: ctx.secrets,
         ...(now ? { now } : {}),
         ...(fetchImpl ? { fetch: fetchImpl } : {}),
       });

@@ -96,14 +96,16 @@ describe.each(BACKENDS)("no credential leaks on %s", (dialect) => {
       // MCP with a valid bearer: the server echoes the token inside the tool result.
       for (const vaultId of [good.id, oauth.id]) {
         const m = createMcpExecutors(agent);
-        const ctx = toolContext(t.store.storage, agent, { environment, vaultIds: [vaultId] });
+        const ctx = toolContext({ storage: t.store.storage, secrets: t.secrets }, agent, { environment, vaultIds: [vaultId] });
         record(await m.executors[0]!.listTools(ctx));
         record(await m.executors[0]!.execute({ name: "notes__private_note", input: {}, toolUseId: "a" }, ctx, signal));
         await m.close();
       }
       // MCP with a wrong bearer: the server's 401 body echoes the Authorization header.
       const m = createMcpExecutors(agent);
-      await m.executors[0]!.listTools(toolContext(t.store.storage, agent, { environment, vaultIds: [bad.id] })).then(record, recordError);
+      await m.executors[0]!.listTools(
+        toolContext({ storage: t.store.storage, secrets: t.secrets }, agent, { environment, vaultIds: [bad.id] }),
+      ).then(record, recordError);
       await m.close();
 
       // web_fetch: the echo server returns the injected header; a redirect and a refusal carry the placeholder.
@@ -111,7 +113,7 @@ describe.each(BACKENDS)("no credential leaks on %s", (dialect) => {
         resolve: async (host) => (host.endsWith(".test") ? [{ address: "127.0.0.1", family: 4 }] : []),
         privateAddressAllowlist: ["127.0.0.1/32"],
       });
-      const ctx = toolContext(t.store.storage, agent, { environment, vaultIds: [good.id] });
+      const ctx = toolContext({ storage: t.store.storage, secrets: t.secrets }, agent, { environment, vaultIds: [good.id] });
       const headers = { "x-api-key": `\${API_KEY}`, authorization: "Bearer $API_KEY" };
       for (const url of [
         `http://allowed.test:${web.port}/headers`,
@@ -121,7 +123,7 @@ describe.each(BACKENDS)("no credential leaks on %s", (dialect) => {
       ]) {
         record(await fetcher.execute({ name: "web_fetch", input: { url, headers }, toolUseId: "w" }, ctx, signal).catch(recordError));
       }
-      record(await credentialHostErrors({ storage: t.store.storage, vaultIds: [good.id], environment }));
+      record(await credentialHostErrors({ storage: t.store.storage, secrets: t.secrets, vaultIds: [good.id], environment }));
 
       // The secrets did travel where they belong.
       expect(mcp.authorizations).toContain(`Bearer ${SECRETS.valid}`);

@@ -221,7 +221,7 @@ export async function startWebTestServer(): Promise<WebTestServer> {
 
 /** A ServerToolContext for tests (the loop builds the real one from the session row). */
 export function toolContext(
-  storage: ServerToolContext["storage"],
+  deps: Pick<ServerToolContext, "storage" | "secrets">,
   agent: unknown,
   options: { environment?: unknown; vaultIds?: string[]; sessionId?: string } = {},
 ): ServerToolContext {
@@ -230,6 +230,7 @@ export function toolContext(
     agent,
     environment: options.environment ?? { type: "environment", config: { type: "cloud", networking: { type: "unrestricted" } } },
     vaultIds: options.vaultIds ?? [],
-    storage,
+    storage: deps.storage,
+    secrets: deps.secrets,
   };
 }

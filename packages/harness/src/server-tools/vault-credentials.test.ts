@@ -68,14 +68,18 @@ describe.each(BACKENDS)("SessionCredentials on %s", (dialect) => {
     });
     await t.client.beta.vaults.credentials.archive(archived.id, { vault_id: v1.id });
 
-    const creds = await SessionCredentials.load(t.store.storage, [v2.id, v1.id, "nonexistent", "bad\u0000id"]);
+    const creds = await SessionCredentials.load(t.store.storage, [v2.id, v1.id, "nonexistent", "bad\u0000id"], {
+      secrets: t.secrets,
+    });
     expect(creds.credentials.map((c) => c.vaultId)).toEqual([v2.id, v1.id]);
     const match = creds.mcpCredentialFor("https://m.example/mcp")!;
     expect(await creds.bearerToken(match)).toBe("tok-two");
     expect(creds.mcpCredentialFor("https://gone.example/mcp")).toBeUndefined();
     expect(creds.redactor.redact("tok-one tok-two tok-archived")).toBe("[redacted credential] [redacted credential] tok-archived");
-    expect((await SessionCredentials.load(t.store.storage, [v1.id, v2.id])).credentials.map((c) => c.vaultId)).toEqual([v1.id, v2.id]);
-    expect((await SessionCredentials.load(t.store.storage, [])).credentials).toEqual([]);
+    expect(
+      (await SessionCredentials.load(t.store.storage, [v1.id, v2.id], { secrets: t.secrets })).credentials.map((c) => c.vaultId),
+    ).toEqual([v1.id, v2.id]);
+    expect((await SessionCredentials.load(t.store.storage, [], { secrets: t.secrets })).credentials).toEqual([]);
   });
 
   it("offers header substitutions only for matching hosts and header injection", async () => {
@@ -84,7 +88,7 @@ describe.each(BACKENDS)("SessionCredentials on %s", (dialect) => {
     await credentials.create(vault.id, { auth: envVar("WILD", "wild-value", { type: "limited", allowed_hosts: ["*.example.com"] }) });
     await credentials.create(vault.id, { auth: envVar("ANY", "any-value", { type: "unrestricted" }) });
     await credentials.create(vault.id, { auth: envVar("BODY", "body-value", { type: "unrestricted" }, false) });
-    const creds = await SessionCredentials.load(t.store.storage, [vault.id]);
+    const creds = await SessionCredentials.load(t.store.storage, [vault.id], { secrets: t.secrets });
     expect(creds.headerSubstitutions("api.example.com")).toEqual([
       { name: "WILD", value: "wild-value" },
       { name: "ANY", value: "any-value" },

@@ -4,11 +4,15 @@
  * (environment_variable placeholders), refreshed when an OAuth access token
  * has expired, and redacted from every string a tool hands back.
  *
- * Secret values live only in memory here and in `vault_credentials.secret`.
+ * Secret values live only in memory here and, sealed, in
+ * `vault_credentials.secret` (opened with the SecretBox bound to the Storage,
+ * see @openma/storage vault-secrets). A secret that cannot be opened (wrong or
+ * missing key, altered row) makes only its credential unusable: using it
+ * fails with a clear error, the session goes on.
  * Nothing in this module logs, and every error message is built from ids,
  * URLs and status codes, never from a secret or a third party's response text.
  */
-import type { Storage } from "@openma/storage";
+import { openVaultSecret, type SecretBox, SecretBoxError, type Storage, sealVaultSecret } from "@openma/storage";
 import { z } from "zod";
 import { environmentAllowedHosts, hostMatchesAnyPattern, patternCoveredBy } from "./host-policy.ts";
 
@@ -60,6 +64,8 @@ export interface StoredCredential {
   vaultId: string;
   auth: StoredAuth;
   secret: StoredSecret;
+  /** Set when the stored secret cannot be opened: why (no secret in it). The credential then supplies nothing. */
+  unreadable: string | null;
   /** The stored column text, compared on write so a concurrent change is never overwritten. */
   rawSecret: string;
   rawBody: string;
@@ -74,6 +80,18 @@ export class CredentialAuthError extends Error {
   ) {
     super(message);
     this.name = "CredentialAuthError";
+  }
+}
+
+/**
+ * The credential's stored secret cannot be decrypted. `code` is what a
+ * network-style error report shows (web_fetch prints codes, not messages).
+ */
+export class CredentialUnreadableError extends CredentialAuthError {
+  readonly code = "VAULT_CREDENTIAL_UNREADABLE";
+  constructor(credential: StoredCredential) {
+    super(credential.unreadable ?? `vault credential ${credential.id} is unreadable`, credential.id, credential.vaultId);
+    this.name = "CredentialUnreadableError";
   }
 }
 
@@ -136,6 +154,8 @@ const tokenResponseSchema = z.object({
 export interface CredentialOptions {
   now?: () => number;
   fetch?: typeof fetch;
+  /** Opens and seals secrets (the server's vault key); absent: secrets are legacy plaintext only. */
+  secrets?: SecretBox | undefined;
 }
 
 export interface HeaderSubstitution {
@@ -149,12 +169,25 @@ export interface UnreachableCredential {
   hosts: string[];
 }
 
-function parseRow(row: { id: string; vault_id: string; body: string; secret: string }): StoredCredential | null {
+function parseRow(
+  row: { id: string; vault_id: string; body: string; secret: string },
+  box: SecretBox | undefined,
+): StoredCredential | null {
+  const base = { id: row.id, vaultId: row.vault_id, rawSecret: row.secret, rawBody: row.body };
   try {
     const body = bodySchema.safeParse(JSON.parse(row.body));
-    const secret = secretSchema.safeParse(JSON.parse(row.secret));
-    if (!body.success || !secret.success) return null;
-    return { id: row.id, vaultId: row.vault_id, auth: body.data.auth, secret: secret.data, rawSecret: row.secret, rawBody: row.body };
+    if (!body.success) return null;
+    let json: string;
+    try {
+      json = openVaultSecret(box, row.id, row.secret);
+    } catch (err) {
+      if (!(err instanceof SecretBoxError)) throw err;
+      const unreadable = `the stored secret of vault credential ${row.id} cannot be decrypted with this server's secret keys (${err.reason}); restore the key that sealed it or recreate the credential`;
+      return { ...base, auth: body.data.auth, secret: {}, unreadable };
+    }
+    const secret = secretSchema.safeParse(JSON.parse(json));
+    if (!secret.success) return null;
+    return { ...base, auth: body.data.auth, secret: secret.data, unreadable: null };
   } catch {
     return null;
   }
@@ -164,6 +197,7 @@ export class SessionCredentials {
   readonly redactor = new SecretRedactor();
   private readonly now: () => number;
   private readonly fetchImpl: typeof fetch;
+  private readonly box: SecretBox | undefined;
 
   private constructor(
     private readonly storage: Storage,
@@ -172,13 +206,16 @@ export class SessionCredentials {
   ) {
     this.now = options.now ?? Date.now;
     this.fetchImpl = options.fetch ?? fetch;
+    this.box = options.secrets;
     for (const c of credentials) for (const value of Object.values(c.secret)) if (typeof value === "string") this.redactor.add(value);
   }
 
   /**
    * Active credentials of the session's vaults, in `vault_ids` order and then
    * creation order (ids are time-ordered): the first match wins. Archived
-   * vaults and credentials are skipped; rows that do not parse are ignored.
+   * vaults and credentials are skipped; rows that do not parse are ignored;
+   * rows whose secret cannot be opened are kept, marked `unreadable`, so
+   * using them names the problem instead of silently using another credential.
    */
   static async load(storage: Storage, vaultIds: readonly string[], options: CredentialOptions = {}): Promise<SessionCredentials> {
     const ids = [...new Set(vaultIds.filter((id) => PLAUSIBLE_ID.test(id)))].slice(0, MAX_VAULTS);
@@ -193,7 +230,8 @@ export class SessionCredentials {
       .orderBy("vault_credentials.id")
       .execute();
     const order = new Map(ids.map((id, i) => [id, i]));
-    const parsed = rows.map(parseRow).filter((c): c is StoredCredential => c !== null);
+    const box = options.secrets;
+    const parsed = rows.map((row) => parseRow(row, box)).filter((c): c is StoredCredential => c !== null);
     parsed.sort((a, b) => (order.get(a.vaultId) ?? 0) - (order.get(b.vaultId) ?? 0));
     return new SessionCredentials(storage, parsed, options);
   }
@@ -213,6 +251,7 @@ export class SessionCredentials {
   async bearerToken(credential: StoredCredential, opts: { forceRefresh?: boolean; signal?: AbortSignal } = {}): Promise<string> {
     const fail = (message: string) => new CredentialAuthError(message, credential.id, credential.vaultId);
     const { auth, secret } = credential;
+    if (credential.unreadable) throw new CredentialUnreadableError(credential);
     if (auth.type === "static_bearer") {
       if (!secret.token) throw fail(`vault credential ${credential.id} has no token`);
       if (opts.forceRefresh) throw fail(`the server rejected the static bearer token of vault credential ${credential.id}`);
@@ -291,7 +330,7 @@ export class SessionCredentials {
     const body = JSON.parse(credential.rawBody) as { auth: Record<string, unknown>; updated_at?: string };
     body.auth = { ...body.auth, expires_at: expiresAt };
     body.updated_at = new Date(nowMs).toISOString();
-    const rawSecret = JSON.stringify(nextSecret);
+    const rawSecret = sealVaultSecret(this.box, credential.id, JSON.stringify(nextSecret));
     const rawBody = JSON.stringify(body);
     const result = await this.storage.db
       .updateTable("vault_credentials")
@@ -313,8 +352,8 @@ export class SessionCredentials {
       .select(["id", "vault_id", "body", "secret"])
       .where("id", "=", credential.id)
       .executeTakeFirst();
-    const fresh = row ? parseRow(row) : null;
-    if (fresh) {
+    const fresh = row ? parseRow(row, this.box) : null;
+    if (fresh && !fresh.unreadable) {
       credential.rawSecret = fresh.rawSecret;
       credential.rawBody = fresh.rawBody;
       credential.auth = fresh.auth;
@@ -325,17 +364,21 @@ export class SessionCredentials {
   /**
    * The environment_variable credentials whose secret may be substituted into
    * a request header for `host`: `injection_location.header` on, and the host
-   * allowed by the credential's own `networking`.
+   * allowed by the credential's own `networking`. A credential that would
+   * apply but whose secret cannot be opened throws CredentialUnreadableError:
+   * the request fails closed rather than go out without its credential.
    */
   headerSubstitutions(host: string): HeaderSubstitution[] {
     const out: HeaderSubstitution[] = [];
     for (const c of this.credentials) {
       const auth = c.auth;
-      const value = c.secret.secret_value;
-      if (auth.type !== "environment_variable" || !auth.injection_location.header || !value) continue;
+      if (auth.type !== "environment_variable" || !auth.injection_location.header) continue;
       if (!ENV_NAME.test(auth.secret_name)) continue;
       if (auth.networking.type === "limited" && !hostMatchesAnyPattern(host, auth.networking.allowed_hosts)) continue;
       if (out.some((s) => s.name === auth.secret_name)) continue; // first credential with a name wins
+      if (c.unreadable) throw new CredentialUnreadableError(c);
+      const value = c.secret.secret_value;
+      if (!value) continue;
       out.push({ name: auth.secret_name, value });
     }
     return out;
@@ -393,8 +436,9 @@ export async function credentialHostErrors(ctx: {
   storage: Storage;
   vaultIds: readonly string[];
   environment: unknown;
+  secrets?: SecretBox | undefined;
 }): Promise<CredentialHostUnreachableError[]> {
-  const credentials = await SessionCredentials.load(ctx.storage, ctx.vaultIds);
+  const credentials = await SessionCredentials.load(ctx.storage, ctx.vaultIds, { secrets: ctx.secrets });
   return credentials.unreachableCredentialHosts(ctx.environment).map((u) => ({
     type: "credential_host_unreachable_error",
     message: `vault credential ${u.credentialId} allows host(s) ${u.hosts.join(", ")} that the environment's networking does not permit`,

@@ -102,7 +102,10 @@ describe.each(BACKENDS)("web_fetch on %s", (dialect) => {
     ctx: { agent?: unknown; environment?: unknown; vaultIds?: string[] } = {},
   ) {
     const agent = ctx.agent ?? (await agentWith());
-    const context = toolContext(t.store.storage, agent, { environment: ctx.environment ?? limitedEnv, vaultIds: ctx.vaultIds ?? [] });
+    const context = toolContext({ storage: t.store.storage, secrets: t.secrets }, agent, {
+      environment: ctx.environment ?? limitedEnv,
+      vaultIds: ctx.vaultIds ?? [],
+    });
     return new WebFetchExecutor(options).execute({ name: "web_fetch", input, toolUseId: "t1" }, context, new AbortController().signal);
   }
 
@@ -112,8 +115,12 @@ describe.each(BACKENDS)("web_fetch on %s", (dialect) => {
   it("is offered only when the agent enables it", async () => {
     const exec = new WebFetchExecutor(LOOPBACK_ALLOWED);
     expect(exec.handles("web_fetch")).toBe(true);
-    expect((await exec.listTools(toolContext(t.store.storage, await agentWith()))).map((d) => d.name)).toEqual(["web_fetch"]);
-    expect(await exec.listTools(toolContext(t.store.storage, await agentWith({ enabled: false })))).toEqual([]);
+    expect(
+      (await exec.listTools(toolContext({ storage: t.store.storage, secrets: t.secrets }, await agentWith()))).map((d) => d.name),
+    ).toEqual(["web_fetch"]);
+    expect(
+      await exec.listTools(toolContext({ storage: t.store.storage, secrets: t.secrets }, await agentWith({ enabled: false }))),
+    ).toEqual([]);
     const off = await fetchWith(LOOPBACK_ALLOWED, { url: url("allowed.test", "/text") }, { agent: await agentWith({ enabled: false }) });
     expect(off).toEqual({ isError: true, content: [{ type: "text", text: "web_fetch is not enabled for this agent" }] });
   });
@@ -263,7 +270,7 @@ describe.each(BACKENDS)("web_fetch on %s", (dialect) => {
 
     const controller = new AbortController();
     const agent = await agentWith();
-    const ctx = toolContext(t.store.storage, agent, { environment: limitedEnv });
+    const ctx = toolContext({ storage: t.store.storage, secrets: t.secrets }, agent, { environment: limitedEnv });
     const waiting = web.requests.filter((r) => r.path === "/hang").length;
     const pending = new WebFetchExecutor(LOOPBACK_ALLOWED)
       .execute({ name: "web_fetch", input: { url: url("other.test", "/hang") }, toolUseId: "t1" }, ctx, controller.signal)
@@ -340,7 +347,12 @@ describe.each(BACKENDS)("web_fetch on %s", (dialect) => {
         networking: { type: "limited", allowed_hosts: ["*.allowed.test"] },
       },
     });
-    const errors = await credentialHostErrors({ storage: t.store.storage, vaultIds: [vault.id], environment: limitedEnv });
+    const errors = await credentialHostErrors({
+      storage: t.store.storage,
+      secrets: t.secrets,
+      vaultIds: [vault.id],
+      environment: limitedEnv,
+    });
     expect(errors).toEqual([
       {
         type: "credential_host_unreachable_error",
@@ -350,6 +362,8 @@ describe.each(BACKENDS)("web_fetch on %s", (dialect) => {
         retry_status: { type: "terminal" },
       },
     ]);
-    expect(await credentialHostErrors({ storage: t.store.storage, vaultIds: [vault.id], environment: openEnv })).toEqual([]);
+    expect(
+      await credentialHostErrors({ storage: t.store.storage, secrets: t.secrets, vaultIds: [vault.id], environment: openEnv }),
+    ).toEqual([]);
   });
 });

@@ -196,7 +196,7 @@ export class WebFetchExecutor implements ServerToolExecutor {
       const path = ["input", ...(issue?.path ?? []).map(String)].join(".");
       return errorResult(`${path}: ${issue?.message ?? "invalid"}`);
     }
-    const credentials = await SessionCredentials.load(ctx.storage, ctx.vaultIds);
+    const credentials = await SessionCredentials.load(ctx.storage, ctx.vaultIds, { secrets: ctx.secrets });
     const policy: HostPolicy = {
       allowedHosts: environmentAllowedHosts(ctx.environment),
       allowedDomains: config.allowedDomains,
