@@ -229,7 +229,11 @@ describe.each(BACKENDS)("vault secrets at rest on %s", (dialect) => {
     expect(sessionError.message).toContain("authentication_failed");
 
     const fetched = await webFetch(vault.id, "allowed.test");
-    expect(fetched).toEqual({ content: [{ type: "text", text: "web_fetch failed: VAULT_CREDENTIAL_UNREADABLE" }], isError: true });
+    expect(fetched.isError).toBe(true);
+    // The model is told which credential is broken and why, never the stored value.
+    expect(fetched.content).toEqual([
+      { type: "text", text: expect.stringMatching(/vault credential vcrd_\w+ cannot be decrypted .*\(authentication_failed\)/) },
+    ]);
     const requests = web.requests.length;
     // Hosts the broken credential does not cover are unaffected.
     expect((await webFetch(vault.id, "other.test")).isError).toBe(false);

@@ -23,7 +23,7 @@ import { isIP, type LookupFunction } from "node:net";
 import { z } from "zod";
 import type { ModelToolDefinition, ServerToolContext, ServerToolExecutor } from "../server-tools.ts";
 import { AddressPolicy, environmentAllowedHosts, type HostPolicy, hostRefusal, normalizeHost } from "./host-policy.ts";
-import { SessionCredentials, substitutePlaceholders } from "./vault-credentials.ts";
+import { CredentialUnreadableError, SessionCredentials, substitutePlaceholders } from "./vault-credentials.ts";
 
 export interface ResolvedAddress {
   address: string;
@@ -212,7 +212,10 @@ export class WebFetchExecutor implements ServerToolExecutor {
     } catch (err) {
       if (signal.aborted) throw signal.reason;
       if (timeout.aborted) return errorResult(`web_fetch timed out after ${this.timeoutMs} ms`);
-      const message = err instanceof FetchRefused ? err.message : `web_fetch failed: ${describeNetworkError(err)}`;
+      // Our own refusals and credential problems have messages written for the model (ids, no secrets);
+      // network errors are reduced to their code, since their text can quote a third party.
+      const ours = err instanceof FetchRefused || err instanceof CredentialUnreadableError;
+      const message = ours ? err.message : `web_fetch failed: ${describeNetworkError(err)}`;
       return errorResult(credentials.redactor.redact(message));
     }
   }
