@@ -118,7 +118,7 @@ export class RunContext {
   readonly summary: CleanupSummary = { compute: "none", orphanIds: [] };
   /** Aborted on lease loss (renewal, stale publish) and on cancellation. */
   readonly signal: AbortSignal;
-  /** Cleanup must run to the end even after the run signal fired. */
+  /** Cleanup must run to the end even after the run signal fired (suspend and terminate carry their own bound instead). */
   readonly cleanupSignal = new AbortController().signal;
   /** The newest publication this run knows of (acquire, then each of its own publishes). */
   active: ActivePublication | null;

@@ -16,6 +16,7 @@ const BOUNDS: Record<keyof HostTimings, readonly [number, number]> = {
   sandboxHeartbeatMs: [1, DAY_MS],
   abortGraceMs: [0, DAY_MS],
   drainTimeoutMs: [1, DAY_MS],
+  terminateTimeoutMs: [1, DAY_MS],
   publishAttempts: [1, 20],
   publishRetryDelayMs: [0, 10 * 60_000],
   maxColdRestarts: [0, 10],

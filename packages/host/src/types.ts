@@ -81,6 +81,12 @@ export interface HostTimings {
   abortGraceMs: number;
   /** Drain bound for `ama_worker` (supervised drivers carry their own `drainTimeoutMs`). */
   drainTimeoutMs: number;
+  /**
+   * Bound on each compute-ending cleanup call (`suspend`, `terminate`). A call
+   * still pending then is abandoned as failed: a hung kill becomes an orphan
+   * record for the reaper instead of holding the run's cleanup forever.
+   */
+  terminateTimeoutMs: number;
   /** Publish attempts with the same idempotency key before the outcome is reported as unknown. */
   publishAttempts: number;
   publishRetryDelayMs: number;
@@ -98,6 +104,7 @@ export const DEFAULT_HOST_TIMINGS: HostTimings = {
   sandboxHeartbeatMs: 30_000,
   abortGraceMs: 15_000,
   drainTimeoutMs: 60_000,
+  terminateTimeoutMs: 60_000,
   publishAttempts: 3,
   publishRetryDelayMs: 1_000,
   maxColdRestarts: 1,

@@ -8,9 +8,10 @@
  * generation, this harness build and the workspace candidate just restored,
  * and any rejection or failure falls back to a cold acquire.
  *
- * A hard kill that fails leaves compute we can no longer account for, so a
- * token-free orphan record is persisted for the reaper; the fence token is
- * passed as a value to redact, never stored.
+ * A hard kill that fails, or does not answer within `terminateTimeoutMs`,
+ * leaves compute we can no longer account for, so a token-free orphan record
+ * is persisted for the reaper; the fence token is passed as a value to
+ * redact, never stored.
  */
 import {
   assessRestorableCheckpoint,
@@ -25,6 +26,7 @@ import {
   type WorkspaceCandidateRef,
 } from "@openma/contract";
 import { describeError, fail, ok, type RunContext, type RunEnd, type Step } from "../context.ts";
+import { withinDeadline } from "../deadline.ts";
 
 export interface Placement {
   attempt: number;
@@ -127,8 +129,9 @@ const STOP_REASON: Record<RunEnd["type"], SandboxStopReason> = {
 
 /**
  * Suspend (retained runtime after a completed run) or hard-kill. A failed
- * suspend falls back to a kill: an unaccounted-for runtime is worse than a
- * cold start next time.
+ * (or timed-out) suspend falls back to a kill: an unaccounted-for runtime is
+ * worse than a cold start next time. Each call gets its own bound, so a
+ * retained runtime's cleanup waits at most twice `terminateTimeoutMs`.
  */
 async function releaseCompute(ctx: RunContext, lease: ManagedSandboxLease, end: RunEnd): Promise<void> {
   const retain = end.type === "completed" && ctx.plan.workspace.strategy === "retained_runtime";
@@ -144,7 +147,9 @@ async function releaseCompute(ctx: RunContext, lease: ManagedSandboxLease, end: 
 
 async function suspend(ctx: RunContext, lease: ManagedSandboxLease): Promise<boolean> {
   try {
-    const result = await ctx.deps.sandbox.suspend({ scope: ctx.scope, fence: ctx.identity, lease, signal: ctx.cleanupSignal });
+    const result = await withinTerminateBound(ctx, (signal) =>
+      ctx.deps.sandbox.suspend({ scope: ctx.scope, fence: ctx.identity, lease, signal }),
+    );
     if (result.type === "suspended") {
       ctx.summary.compute = "suspended";
       ctx.trace.add("suspend_compute", "ok", result.lease.runtimeId);
@@ -157,17 +162,23 @@ async function suspend(ctx: RunContext, lease: ManagedSandboxLease): Promise<boo
   return false;
 }
 
+/**
+ * A compute-ending call bounded by `terminateTimeoutMs`: past it the call is
+ * abandoned as failed, so a hung provider becomes an orphan record for the
+ * reaper instead of holding the run's cleanup (and its fence) forever. Its
+ * late answer is dropped: the run never acts on it and never kills twice.
+ */
+function withinTerminateBound<T>(ctx: RunContext, call: (signal: AbortSignal) => Promise<T>): Promise<T> {
+  return withinDeadline(ctx.deps.scheduler, ctx.timings.terminateTimeoutMs, call);
+}
+
 /** `null` when the runtime is gone, otherwise why the hard kill failed. */
 async function terminate(ctx: RunContext, lease: ManagedSandboxLease, end: RunEnd): Promise<string | null> {
   let error: string;
   try {
-    const result = await ctx.deps.sandbox.terminate({
-      scope: ctx.scope,
-      fence: ctx.identity,
-      lease,
-      reason: STOP_REASON[end.type],
-      signal: ctx.cleanupSignal,
-    });
+    const result = await withinTerminateBound(ctx, (signal) =>
+      ctx.deps.sandbox.terminate({ scope: ctx.scope, fence: ctx.identity, lease, reason: STOP_REASON[end.type], signal }),
+    );
     if (result.type === "terminated") {
       ctx.trace.add("terminate_compute", "ok", lease.runtimeId);
       return null;

@@ -24,6 +24,7 @@ export const TEST_TIMINGS: HostTimings = {
   sandboxHeartbeatMs: 20_000,
   abortGraceMs: 7_000,
   drainTimeoutMs: 60_000,
+  terminateTimeoutMs: 11_000,
   publishAttempts: 3,
   publishRetryDelayMs: 1_500,
   maxColdRestarts: 1,
