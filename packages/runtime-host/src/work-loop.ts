@@ -15,6 +15,7 @@ import { type ManagedRuntimeProfile, type RuntimeResourceScope, runtimeScopeKey 
 import type { ManagedRuntimeHost, RuntimeRunResult } from "@openma/host";
 import type { Scheduler } from "@openma/time";
 import type { WorkTicket } from "./ama-worker-runner.ts";
+import { DEFAULT_RETRY_BACKOFF, RetryBackoff, type RetryBackoffOptions } from "./retry-backoff.ts";
 
 export interface RuntimeHostLogger {
   info(obj: object, msg: string): void;
@@ -58,15 +59,19 @@ export interface WorkLoopOptions {
   maxConflictWaitMs?: number;
   /** Every finished run (tests and metrics). */
   onResult?: (ticket: WorkTicket, result: RuntimeRunResult) => void;
+  /** Delay before re-running a session whose runs here failed (default: 1 s doubling to 60 s). */
+  retryBackoff?: RetryBackoffOptions;
 }
 
 export class WorkLoop {
   readonly #options: WorkLoopOptions;
   readonly #stop = new AbortController();
+  readonly #backoff: RetryBackoff;
   #loops: Promise<void>[] = [];
 
   constructor(options: WorkLoopOptions) {
     this.#options = options;
+    this.#backoff = new RetryBackoff(options.retryBackoff ?? DEFAULT_RETRY_BACKOFF);
   }
 
   start(): void {
@@ -125,9 +130,19 @@ export class WorkLoop {
       secret: work.secret,
       sessionsToken,
     };
+    const delay = this.#backoff.delayFor(ticket.sessionId);
+    if (delay > 0) {
+      o.logger.info({ ...log, delay_ms: delay }, "earlier runs of this session failed here; waiting before the next");
+      await o.scheduler.sleep(delay, this.#stop.signal).catch(() => {});
+      // Stopping: the item is left to be reclaimed.
+      if (this.#stop.signal.aborted) return;
+    }
     o.tickets.set(ticket);
     try {
       const result = await this.#runWaitingOutStaleFence(ticket);
+      // Only the host's own failures count; a lost lease, a cancellation or a held fence are someone else's doing.
+      if (result.type === "completed") this.#backoff.succeeded(ticket.sessionId);
+      else if (result.type === "failed" || result.type === "admission_error") this.#backoff.failed(ticket.sessionId);
       o.onResult?.(ticket, result);
       const summary = { ...log, result: result.type, ...("generation" in result ? { generation: result.generation } : {}) };
       if (result.type === "completed")
