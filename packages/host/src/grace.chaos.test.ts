@@ -11,8 +11,8 @@ import type { FencePublishResult, ManagedRuntimeProfile } from "@openma/contract
 import { BACKENDS, openTestStorage, type TestStorage } from "@openma/storage/testing";
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { type Gate, gate } from "./testing/faults.ts";
-import { AMA_WORKER_PROFILE, openRig, type Rig, settle, steps, TEST_TIMINGS, until } from "./testing/rig.ts";
-import type { HarnessRunResult, RuntimeRunResult, StepName, TurnCommitResult } from "./types.ts";
+import { AMA_WORKER_PROFILE, openRig, type Rig, settle, steps, TEST_TIMINGS, traceDetail, until } from "./testing/rig.ts";
+import type { HarnessRunResult, RuntimeRunResult, TurnCommitResult } from "./types.ts";
 
 const signal = new AbortController().signal;
 const GRACE = TEST_TIMINGS.abortGraceMs;
@@ -34,9 +34,7 @@ describe.each(BACKENDS)("hard kill at grace expiry on %s", (dialect) => {
     vi.restoreAllMocks();
   });
 
-  const count = (point: string) => rig.faults.calls.filter((c) => c === point).length;
   const active = () => rig.sqlFence.active({ scope: rig.scope, signal });
-  const detail = (result: RuntimeRunResult, step: StepName) => result.trace.find((t) => t.step === step)?.detail;
 
   /**
    * The run is interrupted; the host arms the grace period and kills nothing
@@ -88,14 +86,14 @@ describe.each(BACKENDS)("hard kill at grace expiry on %s", (dialect) => {
       "release_workspace:ok",
       "release_fence:lost",
     ]);
-    expect(detail(result, "publish")).toMatch(ABANDONED);
-    expect(detail(result, "run_harness")).toMatch(`did not stop within ${GRACE} ms`);
+    expect(traceDetail(result, "publish")).toMatch(ABANDONED);
+    expect(traceDetail(result, "run_harness")).toMatch(`did not stop within ${GRACE} ms`);
     expect(turn).toEqual({ type: "rejected", reason: "lease_lost" });
 
     // Killed exactly once, while the publish still has no answer; it was never retried, and nothing was published.
     expect(rig.sandbox.alive).toEqual([]);
-    expect(count("sandbox.terminate")).toBe(1);
-    expect(count("fence.publish")).toBe(1);
+    expect(rig.faults.count("sandbox.terminate")).toBe(1);
+    expect(rig.faults.count("fence.publish")).toBe(1);
     expect(await active()).toBeNull();
     expect(await rig.sqlFence.history({ scope: rig.scope, limit: 10, signal })).toEqual([]);
     expect([...rig.outputs.bindings.values()].map((b) => b.end)).toEqual(["aborted:lease_lost"]);
@@ -127,9 +125,9 @@ describe.each(BACKENDS)("hard kill at grace expiry on %s", (dialect) => {
       "release_workspace:ok",
       "release_fence:lost",
     ]);
-    expect(detail(result, "publish")).toMatch(ABANDONED);
+    expect(traceDetail(result, "publish")).toMatch(ABANDONED);
     expect(rig.sandbox.alive).toEqual([]);
-    expect(count("sandbox.terminate")).toBe(1);
+    expect(rig.faults.count("sandbox.terminate")).toBe(1);
     expect(await active()).toBeNull();
   });
 
@@ -170,7 +168,7 @@ describe.each(BACKENDS)("hard kill at grace expiry on %s", (dialect) => {
       "release_workspace:ok",
       "release_fence:ok",
     ]);
-    expect(detail(result, "publish")).toMatch(ABANDONED);
+    expect(traceDetail(result, "publish")).toMatch(ABANDONED);
     expect(turn).toEqual({ type: "rejected", reason: "not_running" });
     expect(rig.sandbox.alive).toEqual([]);
 
@@ -182,8 +180,8 @@ describe.each(BACKENDS)("hard kill at grace expiry on %s", (dialect) => {
     expect(await active()).toBeNull();
     expect(await rig.sqlFence.history({ scope: rig.scope, limit: 10, signal })).toEqual([]);
     expect(steps(result)).toEqual(trace);
-    expect(count("fence.publish")).toBe(1);
-    expect(count("sandbox.terminate")).toBe(1);
+    expect(rig.faults.count("fence.publish")).toBe(1);
+    expect(rig.faults.count("sandbox.terminate")).toBe(1);
   });
 
   /** Holds `point` until opened, cancels once it is in flight, and lets the grace period run out. */
@@ -202,10 +200,10 @@ describe.each(BACKENDS)("hard kill at grace expiry on %s", (dialect) => {
     const { result, late } = await cancelWhileHanging("sandbox.acquire", AMA_WORKER_PROFILE);
     expect(result).toMatchObject({ type: "cancelled", stage: "acquire_compute", cleanup: { compute: "none" } });
     expect(steps(result)).toEqual([...HEAD, "acquire_compute:cancelled", "abort_outputs:ok", "release_workspace:ok", "release_fence:ok"]);
-    expect(detail(result, "acquire_compute")).toMatch(ABANDONED);
+    expect(traceDetail(result, "acquire_compute")).toMatch(ABANDONED);
 
     late.open();
-    await until(() => count("sandbox.terminate") === 1, "late runtime killed");
+    await until(() => rig.faults.count("sandbox.terminate") === 1, "late runtime killed");
     expect([...rig.sandbox.runtimes.values()]).toEqual(["stopped"]);
     expect(rig.harness.runs).toEqual([]);
     // The result handed out is not rewritten by the late cleanup.
@@ -229,11 +227,11 @@ describe.each(BACKENDS)("hard kill at grace expiry on %s", (dialect) => {
       "release_workspace:ok",
       "release_fence:ok",
     ]);
-    expect(detail(result, "restore_runtime_checkpoint")).toMatch(ABANDONED);
+    expect(traceDetail(result, "restore_runtime_checkpoint")).toMatch(ABANDONED);
     expect(rig.faults.calls).not.toContain("sandbox.acquire");
 
     late.open();
-    await until(() => count("sandbox.terminate") === 1, "late restored runtime killed");
+    await until(() => rig.faults.count("sandbox.terminate") === 1, "late restored runtime killed");
     expect(rig.sandbox.alive).toEqual([]);
     expect(rig.harness.runs).toHaveLength(1);
   });

@@ -2,7 +2,7 @@ import type { ManagedRuntimeProfile } from "@openma/contract";
 import { BACKENDS, openTestStorage, type TestStorage } from "@openma/storage/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { gate } from "./testing/faults.ts";
-import { AMA_WORKER_PROFILE, drive, openRig, type Rig, SUPERVISED_DRIVER, steps, TEST_TIMINGS, until } from "./testing/rig.ts";
+import { AMA_WORKER_PROFILE, drive, openRig, type Rig, SUPERVISED_DRIVER, steps, TEST_TIMINGS, traceDetail, until } from "./testing/rig.ts";
 import type { HarnessRunInput, HarnessRunResult, TurnCommitResult } from "./types.ts";
 
 const signal = new AbortController().signal;
@@ -267,7 +267,7 @@ describe.each(BACKENDS)("ManagedRuntimeHost on %s", (dialect) => {
     rig.scheduler.advance(TEST_TIMINGS.abortGraceMs);
     const result = await running;
     expect(result).toMatchObject({ type: "lease_lost", cleanup: { compute: "terminated" } });
-    expect(result.trace.find((t) => t.step === "run_harness")?.detail).toMatch(/did not stop within 7000 ms/);
+    expect(traceDetail(result, "run_harness")).toMatch(/did not stop within 7000 ms/);
     expect(rig.sandbox.alive).toEqual([]);
   });
 
@@ -284,7 +284,7 @@ describe.each(BACKENDS)("ManagedRuntimeHost on %s", (dialect) => {
     rig.scheduler.advance(TEST_TIMINGS.renewEveryMs);
     await until(() => rig.faults.calls.includes("fence.renew"), "first renewal");
     rig.scheduler.advance(TEST_TIMINGS.renewEveryMs);
-    await until(() => rig.faults.calls.filter((c) => c === "fence.renew").length === 2, "second renewal");
+    await until(() => rig.faults.count("fence.renew") === 2, "second renewal");
     release.open();
     const result = await running;
     expect(result.type).toBe("completed");

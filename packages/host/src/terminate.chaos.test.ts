@@ -12,8 +12,8 @@ import { BACKENDS, openTestStorage, type TestStorage } from "@openma/storage/tes
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { RuntimeReaper } from "./reaper.ts";
 import { type Fault, gate } from "./testing/faults.ts";
-import { AMA_WORKER_PROFILE, openRig, type Rig, settle, steps, TEST_TIMINGS, until } from "./testing/rig.ts";
-import type { RuntimeRunResult, StepName } from "./types.ts";
+import { AMA_WORKER_PROFILE, openRig, type Rig, settle, steps, TEST_TIMINGS, traceDetail, until } from "./testing/rig.ts";
+import type { RuntimeRunResult } from "./types.ts";
 
 const signal = new AbortController().signal;
 const BOUND = TEST_TIMINGS.terminateTimeoutMs;
@@ -47,8 +47,6 @@ describe.each(BACKENDS)("compute-ending calls bounded by terminateTimeoutMs on %
     vi.restoreAllMocks();
   });
 
-  const count = (point: string) => rig.faults.calls.filter((c) => c === point).length;
-  const detail = (result: RuntimeRunResult, step: StepName) => result.trace.find((t) => t.step === step)?.detail;
   const orphanRows = () =>
     storage.storage.db.selectFrom("runtime_orphans").selectAll().where("session_id", "=", rig.scope.sessionId).execute();
 
@@ -135,7 +133,7 @@ describe.each(BACKENDS)("compute-ending calls bounded by terminateTimeoutMs on %
 
     expect(result).toMatchObject({ ...row.result, cleanup: { compute: "orphaned", orphanIds: [expect.any(String)] } });
     expect(steps(result)).toEqual([...row.before, "terminate_compute:failed", "enqueue_orphan:ok", ...row.after]);
-    expect(detail(result, "terminate_compute")).toBe(ABANDONED);
+    expect(traceDetail(result, "terminate_compute")).toBe(ABANDONED);
     expect(terminates()).toHaveLength(1);
     expect(terminates()[0]!.aborted).toBe(true);
     expect(rig.scheduler.pending).not.toContain(BOUND);
@@ -172,14 +170,14 @@ describe.each(BACKENDS)("compute-ending calls bounded by terminateTimeoutMs on %
     await until(() => rig.sandbox.alive.length === 0, "late kill landed");
     await settle();
     expect(JSON.stringify(result)).toBe(handedOut);
-    expect(count("sandbox.terminate")).toBe(1);
+    expect(rig.faults.count("sandbox.terminate")).toBe(1);
     expect(await orphanRows()).toHaveLength(1);
 
     // The reaper's retry is idempotent: the runtime is already gone, the record is settled.
     const reaper = new RuntimeReaper({ orphans: rig.orphans, reaper: rig.sandbox, scheduler: rig.scheduler, intervalMs: 60_000 });
     expect(await reaper.reconcileOnce()).toEqual({ due: 1, reaped: 1, retried: 0, deadLettered: 0, skipped: 0 });
-    expect(count("sandbox.reap")).toBe(1);
-    expect(count("sandbox.terminate")).toBe(1);
+    expect(rig.faults.count("sandbox.reap")).toBe(1);
+    expect(rig.faults.count("sandbox.terminate")).toBe(1);
   });
 
   it("kills a retained runtime whose suspend never answers, at the bound", async () => {
@@ -194,7 +192,7 @@ describe.each(BACKENDS)("compute-ending calls bounded by terminateTimeoutMs on %
 
     expect(result).toMatchObject({ type: "completed", cleanup: { compute: "terminated", orphanIds: [] } });
     expect(steps(result)).toEqual([...PUBLISHED, "suspend_compute:failed", "terminate_compute:ok", ...RELEASED]);
-    expect(detail(result, "suspend_compute")).toBe(ABANDONED);
+    expect(traceDetail(result, "suspend_compute")).toBe(ABANDONED);
     expect(suspends()[0]!.aborted).toBe(true);
     expect(rig.sandbox.alive).toEqual([]);
     expect(await orphanRows()).toEqual([]);

@@ -23,6 +23,11 @@ export class Faults {
     return this;
   }
 
+  /** How often `point` was hit so far. */
+  count(point: string): number {
+    return this.calls.filter((c) => c === point).length;
+  }
+
   /** Arms `fault` for every call of `point` from now on. */
   always(point: string, fault: Fault): this {
     return this.arm(point, ...Array.from({ length: 1000 }, () => fault));

@@ -10,7 +10,7 @@ import { SqlRuntimeOrphanStore } from "@openma/storage/orphans";
 import type { TestStorage } from "@openma/storage/testing";
 import { ManualScheduler } from "@openma/time";
 import { ManagedRuntimeHost } from "../host.ts";
-import type { HostTimings, ManagedRuntimeHostDeps, RuntimeRunResult } from "../types.ts";
+import type { HostTimings, ManagedRuntimeHostDeps, RuntimeRunResult, StepName } from "../types.ts";
 import { FakeOutputs, FakeRuntimeCheckpoint, FakeSandbox, FakeWorkspace, ScriptedHarness } from "./fakes.ts";
 import { Faults } from "./faults.ts";
 import { FaultyFence } from "./fence.ts";
@@ -115,6 +115,11 @@ export function openRig(storage: TestStorage): Rig {
 /** `step:status` strings, the shape trace assertions compare. */
 export function steps(result: { trace: ReadonlyArray<{ step: string; status: string }> }): string[] {
   return result.trace.map((entry) => `${entry.step}:${entry.status}`);
+}
+
+/** The detail of the first trace entry of `step`. */
+export function traceDetail(result: { trace: ReadonlyArray<{ step: string; detail?: string }> }, step: StepName): string | undefined {
+  return result.trace.find((entry) => entry.step === step)?.detail;
 }
 
 /** Lets pending I/O and promise chains run (never advances virtual time). */
