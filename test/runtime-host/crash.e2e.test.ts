@@ -15,6 +15,7 @@ import { createHash } from "node:crypto";
 import { readdir, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { connectDocker } from "@openma/driver-node-docker";
+import { eventually } from "@openma/driver-suite/eventually";
 import { sqlRuntimePorts } from "@openma/host";
 import type { RuntimeHostDriver } from "@openma/runtime-host";
 import { type ScriptedModel, startScriptedModel, type TurnInput } from "@openma/scripted-model";
@@ -24,7 +25,7 @@ import { openTestStorage, type TestStorage } from "@openma/storage/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type CrashableServer, crashableServer } from "../support/crash-server.ts";
 import { allEvents, createSelfHostedEnvironment, endTurnIdle, type LoggedEvent, resultText, sendAndWait } from "../support/worker-e2e.ts";
-import { activeOutputs, bwrapLeftovers, dockerContainerIds, dockerLeftovers, eventually, sandboxedProcesses } from "./support.ts";
+import { activeOutputs, bwrapLeftovers, dockerContainerIds, dockerLeftovers, sandboxedProcesses } from "./support.ts";
 
 const API_KEY = "sk-ant-api03-crash-runtime-host-0123456789";
 const MODEL_KEY = "sk-scripted-crash-runtime-host";

@@ -8,11 +8,12 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { eventually } from "@openma/driver-suite/eventually";
 import { type ScriptedModel, startScriptedModel, type TurnInput } from "@openma/scripted-model";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../support/server.ts";
 import { allEvents, createSelfHostedEnvironment, endTurnIdle, resultText, sendAndWait } from "../support/worker-e2e.ts";
-import { activeOutputs, bwrapLeftovers, eventually } from "./support.ts";
+import { activeOutputs, bwrapLeftovers } from "./support.ts";
 
 const REPO_ROOT = fileURLToPath(new URL("../..", import.meta.url));
 const MODEL_KEY = "sk-scripted-standalone-runtime-host";

@@ -3,6 +3,7 @@ import { readlink } from "node:fs/promises";
 import type { RuntimeResourceScope } from "@openma/contract";
 import { connectDocker, LABELS } from "@openma/driver-node-docker";
 import { hostProcesses } from "@openma/driver-suite/host-processes";
+
 import { type RuntimeRunResult, sqlRuntimePorts } from "@openma/host";
 import { type OutputEntry, outputManifestKey, parseOutputManifest } from "@openma/persistence";
 import { type Storage, systemClock } from "@openma/storage";
@@ -74,24 +75,4 @@ export async function sandboxedProcesses(): Promise<Awaited<ReturnType<typeof ho
     if (ns !== own) out.push(p);
   }
   return out;
-}
-
-/**
- * Waits for a condition outside this process (another process's files, an
- * engine's listing, rows another process writes) that no event announces:
- * checked every `everyMs` until `timeoutMs`, then the test fails naming it.
- */
-export async function eventually<T>(
-  check: () => Promise<T | null | undefined | false>,
-  what: string,
-  timeoutMs = 60_000,
-  everyMs = 100,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await check();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, everyMs));
-  }
 }

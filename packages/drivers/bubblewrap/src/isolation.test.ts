@@ -9,6 +9,7 @@ import { copyFileSync, mkdirSync, readFileSync, realpathSync, statSync } from "n
 import { readlink, rm, stat } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { ManagedSandboxLease, ToolSandboxPort } from "@openma/contract";
+import { eventually } from "@openma/driver-suite/eventually";
 import { hostProcesses } from "@openma/driver-suite/host-processes";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BubblewrapSandbox } from "./driver.ts";
@@ -23,15 +24,9 @@ async function run(tools: ToolSandboxPort, script: string): Promise<{ code: numb
   return { code: result.exitCode, out: text(result.stdout), err: text(result.stderr) };
 }
 
-/** Polls until `probe` yields a value (processes start asynchronously); fails after 10 s. */
-async function until<T>(probe: () => Promise<T | null>): Promise<T> {
-  const deadline = Date.now() + 10_000;
-  for (let delay = 5; ; delay = Math.min(delay * 2, 100)) {
-    const value = await probe().catch(() => null);
-    if (value !== null) return value;
-    if (Date.now() > deadline) throw new Error("condition not reached within 10 s");
-    await new Promise((resolve) => setTimeout(resolve, delay));
-  }
+/** Polls until `probe` yields a value (processes start asynchronously; a probe racing them may throw); fails after 10 s. */
+function until<T>(probe: () => Promise<T | null>, what: string): Promise<T> {
+  return eventually(() => probe().catch(() => null), what, 10_000);
 }
 
 async function withMarker(marker: string): Promise<number[]> {
@@ -77,7 +72,7 @@ describe("namespaces", () => {
           if (readFileSync(`/proc/${pid}/comm`, "utf8").trim() === "sleep") return pid;
         }
         return null;
-      });
+      }, "the sandboxed sleep to start");
       expect(readFileSync(`/proc/${sleeper}/status`, "utf8")).toMatch(/^Uid:\s+65534\s+65534/m);
       for (const ns of ["user", "pid", "net", "ipc", "uts", "mnt"]) {
         expect(await readlink(`/proc/${sleeper}/ns/${ns}`), ns).not.toBe(await readlink(`/proc/self/ns/${ns}`));
@@ -261,7 +256,7 @@ describe("lifecycle edges", () => {
     const beat = await until(async () => {
       const seen = await driver.heartbeat({ scope, fence: fenceFor(scope), lease, signal: never() });
       return seen.type === "lost" ? seen : null;
-    });
+    }, "the heartbeat to report the killed runtime lost");
     expect(beat.reason).toContain("exited");
     const other = track(new BubblewrapSandbox({ stateRoot: join(root, "state") }));
     expect(await other.reapLeftovers()).toBeGreaterThanOrEqual(1);

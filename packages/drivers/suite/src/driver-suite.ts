@@ -22,6 +22,7 @@ import type { RuntimeResourceScope } from "@openma/contract/scope";
 import type { ExecResult, OutputStream, ToolSandboxPort } from "@openma/contract/tool-sandbox";
 import type { WorkspaceBinding } from "@openma/contract/workspace";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { eventually } from "./eventually.ts";
 import type { HostProcessView } from "./host-processes.ts";
 
 export { type HostProcessView, hostProcesses } from "./host-processes.ts";
@@ -69,16 +70,6 @@ const never = () => new AbortController().signal;
 function output(result: ExecResult): { stdout: string; stderr: string } {
   if (result.type === "error") throw new Error(`exec failed to start: ${result.message}`);
   return { stdout: text(result.stdout), stderr: text(result.stderr) };
-}
-
-/** Polls `check` until it holds or `ms` pass; for effects the kernel completes asynchronously (process teardown). */
-async function eventually(check: () => Promise<boolean>, ms = 5000): Promise<boolean> {
-  const deadline = Date.now() + ms;
-  for (let delay = 5; ; delay = Math.min(delay * 2, 100)) {
-    if (await check()) return true;
-    if (Date.now() > deadline) return false;
-    await new Promise((resolve) => setTimeout(resolve, delay));
-  }
 }
 
 function validateSkips(skips: Partial<Record<string, string>>): void {
@@ -211,7 +202,7 @@ const CASES: Record<DriverSuiteCase, (ctx: SuiteContext) => Promise<void>> = {
     });
     expect(result.type).toBe("aborted");
     expect(alive).toBeGreaterThanOrEqual(3); // sh and both sleeps were visible: the probe works
-    expect(await eventually(async () => (await count()) === 0)).toBe(true);
+    await eventually(async () => (await count()) === 0, "every process of the aborted exec to be gone", 5000);
   },
 
   "files: read and write": async ({ start }) => {
