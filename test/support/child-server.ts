@@ -29,6 +29,8 @@ export interface ChildServer {
   output(): string;
   /** SIGTERM (`openma serve` closes its sandboxes before exiting), then removes the data dir unless the caller owns it. */
   close(): Promise<void>;
+  /** SIGKILL: no shutdown hook runs, in-flight requests and leases are simply abandoned (the data dir stays). */
+  kill9(): Promise<void>;
 }
 
 export interface ServeProcessOptions {
@@ -39,6 +41,10 @@ export interface ServeProcessOptions {
   dataDir?: string;
   /** Added to the child's environment last (brain, sandbox, model, log level...; secrets belong here, never in argv). */
   env?: Record<string, string>;
+  /** Listen port (default 0: a free one); a fixed one lets a restarted server keep its clients' URL. */
+  port?: number;
+  /** How much of the latest output `output()` keeps (default 16 KiB). */
+  outputTail?: number;
 }
 
 /** Starts `openma serve` and waits for its listening line. */
@@ -52,7 +58,7 @@ export async function startServeProcess(options: ServeProcessOptions): Promise<C
     cwd: REPO_ROOT,
     env: {
       ...process.env,
-      PORT: "0",
+      PORT: String(options.port ?? 0),
       HOST: "127.0.0.1",
       // Empty means unset (loadConfig drops empty values): a DATABASE_URL from the caller's shell must not leak in.
       DATABASE_URL: postgres?.databaseUrl ?? "",
@@ -65,7 +71,7 @@ export async function startServeProcess(options: ServeProcessOptions): Promise<C
   });
   let tail = "";
   const keep = (chunk: Buffer | string) => {
-    tail = (tail + chunk.toString()).slice(-OUTPUT_TAIL);
+    tail = (tail + chunk.toString()).slice(-(options.outputTail ?? OUTPUT_TAIL));
   };
   child.stdout?.on("data", keep);
   child.stderr?.on("data", keep);
@@ -80,6 +86,12 @@ export async function startServeProcess(options: ServeProcessOptions): Promise<C
       close: async () => {
         await stop(child);
         await removeDataDir();
+      },
+      kill9: async () => {
+        if (child.exitCode !== null || child.signalCode !== null) return;
+        const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+        child.kill("SIGKILL");
+        await exited;
       },
     };
   } catch (err) {
