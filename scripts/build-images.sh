@@ -13,7 +13,8 @@
 #
 # Environment:
 #   OPENMA_DEBIAN_MIRROR   debootstrap mirror (default http://deb.debian.org/debian)
-#   OPENMA_NODE_BINARY     node to copy into the base image (default: the host's node)
+#   OPENMA_NODE_BINARY     node to copy into the base image (default: the `node` on PATH, which under
+#                          `npm run provision` is the project's own Node 24 from node_modules/.bin)
 #   OPENMA_STATE_DIR       default /var/lib/openma
 set -euo pipefail
 
@@ -38,6 +39,11 @@ command -v debootstrap >/dev/null 2>&1 || die "debootstrap missing; run: bash sc
 NODE_BIN="${OPENMA_NODE_BINARY:-$(command -v node || true)}"
 [ -n "$NODE_BIN" ] && [ -x "$NODE_BIN" ] || die "no node binary to copy into the base image (set OPENMA_NODE_BINARY)"
 NODE_BIN="$(readlink -f "$NODE_BIN")"
+NODE_VERSION="$("$NODE_BIN" --version)"
+case "$NODE_VERSION" in
+  v2[4-9].* | v[3-9][0-9].*) ;;
+  *) die "$NODE_BIN is Node $NODE_VERSION; sandboxes run the project's Node >= 24 (run through \`npm run provision\` after \`npm install\`, or set OPENMA_NODE_BINARY)" ;;
+esac
 BUSYBOX_BIN="$(readlink -f "$(command -v busybox || echo /bin/busybox)")"
 [ -x "$BUSYBOX_BIN" ] || die "busybox missing; run: bash scripts/provision.sh"
 # A dynamically linked busybox would not run in an image that has no libc.
@@ -79,7 +85,7 @@ build_base_rootfs() {
   rm -rf "$work"/var/cache/apt/archives/*.deb "$work"/var/lib/apt/lists/* \
     "$work"/usr/share/doc/* "$work"/usr/share/man/* "$work"/usr/share/info/* "$work"/var/log/*.log
   sandbox_dirs "$work"
-  chroot "$work" /usr/local/bin/node --version >/dev/null || die "node does not run inside the base rootfs"
+  [ "$(chroot "$work" /usr/local/bin/node --version)" = "$NODE_VERSION" ] || die "node does not run inside the base rootfs"
   printf '%s' "$TAG" >"$work/.openma-rootfs"
   rm -rf "$BASE_ROOTFS"
   mv "$work" "$BASE_ROOTFS"
@@ -102,7 +108,7 @@ build_busybox_rootfs() {
 }
 
 import_image() {
-  local rootfs="$1" image="$2" label="$3"
+  local rootfs="$1" image="$2" label="$3" node_version="$4"
   log "docker import $rootfs -> $image"
   tar --numeric-owner --exclude=./.openma-rootfs -C "$rootfs" -c . |
     docker import \
@@ -111,28 +117,29 @@ import_image() {
       --change "WORKDIR /workspace" \
       --change "LABEL openma.image=$label" \
       --change "LABEL openma.image.tag=$TAG" \
+      --change "LABEL openma.node.version=$node_version" \
       - "$image" >/dev/null
 }
 
 mkdir -p "$ROOTFS_DIR"
 complete "$BUSYBOX_ROOTFS" || build_busybox_rootfs
-image_present "$BUSYBOX_IMAGE" || import_image "$BUSYBOX_ROOTFS" "$BUSYBOX_IMAGE" busybox
+image_present "$BUSYBOX_IMAGE" || import_image "$BUSYBOX_ROOTFS" "$BUSYBOX_IMAGE" busybox none
 complete "$BASE_ROOTFS" || build_base_rootfs
-image_present "$BASE_IMAGE" || import_image "$BASE_ROOTFS" "$BASE_IMAGE" base
+image_present "$BASE_IMAGE" || import_image "$BASE_ROOTFS" "$BASE_IMAGE" base "$NODE_VERSION"
 
 # Written last and atomically: readers never see a manifest naming a missing image.
 tmp="$MANIFEST.tmp.$$"
 cat >"$tmp" <<EOF
 {
   "tag": "$TAG",
-  "base": { "image": "$BASE_IMAGE", "rootfs": "$BASE_ROOTFS" },
+  "base": { "image": "$BASE_IMAGE", "rootfs": "$BASE_ROOTFS", "node": "$NODE_VERSION" },
   "busybox": { "image": "$BUSYBOX_IMAGE", "rootfs": "$BUSYBOX_ROOTFS" }
 }
 EOF
 mv "$tmp" "$MANIFEST"
 
 log "manifest: $MANIFEST"
-printf 'base image:     %s\n' "$BASE_IMAGE"
+printf 'base image:     %s (node %s)\n' "$BASE_IMAGE" "$NODE_VERSION"
 printf 'base rootfs:    %s\n' "$BASE_ROOTFS"
 printf 'busybox image:  %s\n' "$BUSYBOX_IMAGE"
 printf 'busybox rootfs: %s\n' "$BUSYBOX_ROOTFS"

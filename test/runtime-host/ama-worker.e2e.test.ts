@@ -6,7 +6,8 @@
  * through `handleItem()`. The brain runs in the server against the scripted
  * model; the worker's tools run in the sandbox. Each turn boundary is
  * published under the fence; the second message gets a new claim, a new
- * generation and a fresh sandbox that sees the first turn's files. At the
+ * generation and a fresh sandbox that sees the first turn's files (by bash
+ * and by the worker's `glob`, which needs the sandbox's Node 24). At the
  * end the output manifest lists the deliverable with its sha256 and no
  * sandbox of the session is left.
  */
@@ -66,8 +67,13 @@ const SCRIPT: TurnInput[] = [
     },
   },
   {
-    label: "second-done",
+    label: "glob",
     match: { tool_result_contains: "READ-OK" },
+    response: { content: [{ type: "tool_use", name: "glob", input: { pattern: "**/*.txt" } }], usage: USAGE },
+  },
+  {
+    label: "second-done",
+    match: { tool_result_for: "glob" },
     response: { content: [{ type: "text", text: "read" }], usage: USAGE },
   },
 ];
@@ -115,13 +121,15 @@ describe.each<RuntimeHostDriver>(["bubblewrap", "docker"])("the official worker 
 
     const events = await allEvents(client, session.id);
     const texts = events.filter((e) => e.type === "user.tool_result").map(resultText);
-    expect(texts).toHaveLength(2);
+    expect(texts).toHaveLength(3);
     // Ran isolated: bwrap maps the sandbox user to an unprivileged uid; Docker runs in its own container (own hostname).
     const [uid, host] = texts[0]?.split("\n") ?? [];
     if (driver === "bubblewrap") expect(uid).not.toBe("0");
     expect(host).not.toBe(hostname());
     // The second sandbox was fresh, yet /workspace held the first turn's file: restored from the publication.
     expect(texts[1]).toContain("one");
+    // The worker's glob (Node's fs.glob, Node >= 22) works on the sandbox's Node: the restored file, by full path.
+    expect(texts[2]).toBe("/workspace/notes.txt");
     expect(second.trace.find((s) => s.step === "materialize_workspace")?.status).toBe("ok");
 
     const scope = { environmentId: env.id, sessionId: session.id };

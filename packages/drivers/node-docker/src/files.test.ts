@@ -165,7 +165,8 @@ describe.each(["busybox", "base"] as const)("node-docker files (%s image)", (fla
     it("runs node, bash and ripgrep from the base image", async () => {
       await port.writeFile({ path: "hello.js", content: bytes("console.log(process.version, 6 * 7)"), signal: never });
       const node = await port.exec({ command: ["node", "hello.js"], timeoutMs: 20_000, signal: never });
-      expect(node.type === "exited" && text(node.stdout)).toMatch(/^v20\.\d+\.\d+ 42\n$/);
+      // The sandbox runs the same Node as the project (build-images copies it into the base image).
+      expect(node.type === "exited" && text(node.stdout)).toBe(`${process.version} 42\n`);
       const tools = await port.exec({
         command: ["bash", "-c", "rg --version >/dev/null && unzip -v >/dev/null && tar --version >/dev/null && echo ok"],
         timeoutMs: 20_000,
