@@ -1,107 +1,13 @@
-/** `openma <command>`: serve (default), runtime-host, doctor. */
-import { openStorage } from "@openma/storage";
-import { loadConfig } from "./config.ts";
-import { doctorCommand } from "./doctor.ts";
-import { startConfiguredRuntimeHost } from "./runtime-host.ts";
-import { createLogger, openBlobStore, startServer } from "./server.ts";
+/** `openma <command>`: checks the Node version first, then loads the commands (an old Node gets a message, not a stack trace). */
+import { unsupportedNode } from "./node-version.ts";
 
-async function serveCommand(): Promise<void> {
-  const config = loadConfig();
-  const server = await startServer(config);
-  const backend = server.storage.dialect === "postgres" ? "PostgreSQL" : `SQLite in ${config.dataDir}`;
-  process.stdout.write(`OpenMA listening on ${server.url} (storage: ${backend})\n`);
-  if (server.generatedApiKey) {
-    process.stdout.write(
-      `Generated an admin API key (shown once, also stored in ${config.dataDir}/admin-api-key):\n  ${server.generatedApiKey}\n`,
-    );
-  }
-  if (config.runtimeHost) process.stdout.write(`Serving self-hosted environment ${config.runtimeHost.environmentId} from this machine\n`);
-  stopOnSignals(() => server.close());
+const refusal = unsupportedNode(process.versions.node, process.execPath);
+if (refusal !== null) {
+  process.stderr.write(`openma: ${refusal}`);
+  process.exit(1);
 }
 
-/** `openma runtime-host`: serves one self-hosted environment against a running server's API and database. */
-async function runtimeHostCommand(): Promise<void> {
-  const config = loadConfig();
-  if (!config.runtimeHost) {
-    throw new Error("openma runtime-host needs OPENMA_RUNTIME_HOST_ENVIRONMENT_ID and ANTHROPIC_ENVIRONMENT_KEY (and OPENMA_API_URL)");
-  }
-  const logger = createLogger(config.logLevel);
-  const storage = await openStorage({
-    dataDir: config.dataDir,
-    databaseUrl: config.databaseUrl,
-    pgSchema: config.pgSchema,
-    blobs: await openBlobStore(config),
-    onBackgroundError: (err) => logger.warn({ err: err.message }, "storage background error"),
-  });
-  const host = await startConfiguredRuntimeHost({
-    config: config.runtimeHost,
-    apiUrl: config.runtimeHost.apiUrl,
-    dataDir: config.dataDir,
-    storage,
-    logger,
-  }).catch(async (err: unknown) => {
-    await storage.close();
-    throw err;
-  });
-  process.stdout.write(
-    `OpenMA runtime host serving ${config.runtimeHost.environmentId} with ${host.driver} sandboxes (API ${config.runtimeHost.apiUrl})\n`,
-  );
-  stopOnSignals(async () => {
-    await host.close();
-    await storage.close();
-  });
-}
-
-/** SIGINT/SIGTERM: one graceful close, forced exit if it hangs. */
-function stopOnSignals(close: () => Promise<void>): void {
-  let stopping = false;
-  const stop = (signal: string) => {
-    if (stopping) return;
-    stopping = true;
-    process.stdout.write(`received ${signal}, shutting down\n`);
-    // Long enough for the runtime host to cancel its runs and hard-kill their sandboxes.
-    const force = setTimeout(() => process.exit(1), 30_000);
-    force.unref();
-    close().then(
-      () => process.exit(0),
-      () => process.exit(1),
-    );
-  };
-  process.on("SIGINT", () => stop("SIGINT"));
-  process.on("SIGTERM", () => stop("SIGTERM"));
-}
-
-const USAGE = `usage: openma <command>
-
-commands:
-  serve         run the API server (PORT, OPENMA_DATA_DIR, DATABASE_URL, OPENMA_API_KEY); with
-                OPENMA_RUNTIME_HOST_ENVIRONMENT_ID + ANTHROPIC_ENVIRONMENT_KEY it also runs the runtime host
-  runtime-host  serve a self-hosted environment's sessions in local sandboxes with the official worker
-                (OPENMA_RUNTIME_HOST_ENVIRONMENT_ID, ANTHROPIC_ENVIRONMENT_KEY, OPENMA_API_URL, and the
-                server's OPENMA_DATA_DIR / DATABASE_URL)
-  doctor        report what this machine has (node, SQLite, Postgres, bwrap, Docker, images, cgroups) [--json]
-`;
-
-async function main(argv: string[]): Promise<void> {
-  const [command = "serve", ...rest] = argv;
-  switch (command) {
-    case "serve":
-      return serveCommand();
-    case "runtime-host":
-      return runtimeHostCommand();
-    case "doctor":
-      return doctorCommand(rest);
-    case "help":
-    case "--help":
-    case "-h":
-      process.stdout.write(USAGE);
-      return;
-    default:
-      process.stderr.write(`unknown command: ${command}\n${USAGE}`);
-      process.exitCode = 2;
-  }
-}
-
+const { main } = await import("./commands.ts");
 main(process.argv.slice(2)).catch((err: Error) => {
   process.stderr.write(`openma: ${err.message}\n`);
   process.exit(1);

@@ -5,7 +5,7 @@
 import { execFile } from "node:child_process";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { type DoctorCheck, runDoctor, summarize } from "./doctor.ts";
+import { checkNode, type DoctorCheck, runDoctor, summarize } from "./doctor.ts";
 
 const CLI = join(import.meta.dirname, "cli.ts");
 const TSX = join(import.meta.dirname, "../../../node_modules/.bin/tsx");
@@ -38,6 +38,22 @@ describe("openma doctor", () => {
     const bwrap = report.checks.find((c) => c.id === "bubblewrap");
     expect(bwrap?.facts).toMatchObject({ userNamespaces: true, networkNamespaces: true });
     expect(report.checks.find((c) => c.id === "cgroups")?.facts.version).toMatch(/^(v1|v2|hybrid)$/);
+    // The host runs the project's Node 24, and so do the sandboxes: run inside the rootfs, and the image's label.
+    expect(report.checks.find((c) => c.id === "node")?.facts).toMatchObject({ version: process.versions.node, execPath: process.execPath });
+    expect(Number(process.versions.node.split(".")[0])).toBeGreaterThanOrEqual(24);
+    const images = report.checks.find((c) => c.id === "images");
+    expect(images?.facts).toMatchObject({ rootfsNode: process.version, imageNode: process.version });
+    expect(images?.detail).toContain(`sandbox node ${process.version}`);
+  });
+
+  it("refuses a Node older than 24 with a message naming the fix", () => {
+    const old = checkNode("20.20.2", "/usr/bin/node");
+    expect(old.status).toBe("missing");
+    expect(old.detail).toBe("v20.20.2 (/usr/bin/node) is too old (need >= 24)");
+    expect(old.hint).toContain("npm start");
+    expect(summarize([old, fake("sqlite", "ok"), fake("bubblewrap", "ok")]).embeddedDefault.reason).toBe(
+      "Node.js 24+ and SQLite are required",
+    );
   });
 
   it("names what a missing engine and missing images disable, and how to fix it", async () => {

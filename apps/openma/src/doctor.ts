@@ -1,7 +1,7 @@
 /**
  * `openma doctor`: what this machine has for running OpenMA, and what each
  * missing part disables. Exit code 0 when the embedded default can run:
- * Node >= 20, SQLite, and a sandbox driver (bubblewrap, else Docker; the
+ * Node >= 24, SQLite, and a sandbox driver (bubblewrap, else Docker; the
  * server fails closed without either). `--json` prints the same report as
  * one JSON object.
  *
@@ -13,6 +13,7 @@
 import { execFile } from "node:child_process";
 import { access, readFile } from "node:fs/promises";
 import { request } from "node:http";
+import { MIN_NODE_MAJOR } from "./node-version.ts";
 
 export type CheckStatus = "ok" | "missing" | "warn" | "skipped";
 
@@ -71,13 +72,14 @@ function check(id: DoctorCheck["id"], status: CheckStatus, detail: string, extra
   return { id, status, detail, disables: [], facts: {}, ...extra };
 }
 
-export function checkNode(version: string = process.versions.node): DoctorCheck {
+export function checkNode(version: string = process.versions.node, execPath: string = process.execPath): DoctorCheck {
   const major = Number(version.split(".")[0]);
-  if (major >= 20) return check("node", "ok", `v${version}`, { facts: { version } });
-  return check("node", "missing", `v${version} is too old (need >= 20)`, {
-    disables: ["everything: OpenMA requires Node.js 20 or newer"],
-    hint: "install Node.js 20+",
-    facts: { version },
+  const facts = { version, execPath };
+  if (major >= MIN_NODE_MAJOR) return check("node", "ok", `v${version} (${execPath})`, { facts });
+  return check("node", "missing", `v${version} (${execPath}) is too old (need >= ${MIN_NODE_MAJOR})`, {
+    disables: [`everything: OpenMA requires Node.js ${MIN_NODE_MAJOR} or newer`],
+    hint: "run through `npm start` / `npx openma` (npm install brings Node 24 into node_modules/.bin), or install Node.js 24 LTS",
+    facts,
   });
 }
 
@@ -213,7 +215,8 @@ export async function checkDocker(socketPath: string, timeoutMs: number): Promis
 
 interface ImageManifest {
   tag: string;
-  base: { image: string; rootfs: string };
+  /** `node`: the version build-images.sh ran inside the rootfs (absent in manifests from before Node 24). */
+  base: { image: string; rootfs: string; node?: string };
   busybox: { image: string; rootfs: string };
 }
 
@@ -224,6 +227,49 @@ async function exists(path: string): Promise<boolean> {
   } catch {
     return false;
   }
+}
+
+/**
+ * The Node a sandbox runs: executed in the base rootfs through bwrap (what the
+ * bubblewrap driver would start), and the label the image builder put on the
+ * Docker image. Null when that path is unavailable.
+ */
+async function sandboxNodeVersions(
+  manifest: ImageManifest,
+  rootfsPresent: boolean,
+  image: { socketPath: string; loaded: boolean },
+  timeoutMs: number,
+): Promise<{ rootfs: string | null; image: string | null }> {
+  let rootfs: string | null = null;
+  if (rootfsPresent) {
+    const ran = await run(
+      "bwrap",
+      [
+        "--ro-bind",
+        manifest.base.rootfs,
+        "/",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--unshare-all",
+        "--die-with-parent",
+        "/usr/local/bin/node",
+        "--version",
+      ],
+      timeoutMs,
+    );
+    rootfs = ran.ok ? ran.stdout.trim() : null;
+  }
+  let label: string | null = null;
+  if (image.loaded) {
+    const inspect = await dockerGet(image.socketPath, `/images/${encodeURIComponent(manifest.base.image)}/json`, timeoutMs).catch(
+      () => null,
+    );
+    const labels = (inspect?.body as { Config?: { Labels?: Record<string, string> | null } } | undefined)?.Config?.Labels;
+    label = labels?.["openma.node.version"] ?? null;
+  }
+  return { rootfs, image: label };
 }
 
 export async function checkImages(manifestPath: string, socketPath: string, dockerUp: boolean, timeoutMs: number): Promise<DoctorCheck> {
@@ -254,8 +300,26 @@ export async function checkImages(manifestPath: string, socketPath: string, dock
     }
   }
   facts.loaded = loaded;
+  const nodes = await sandboxNodeVersions(
+    manifest,
+    facts.baseRootfs !== null,
+    { socketPath, loaded: loaded.includes(manifest.base.image) },
+    timeoutMs,
+  );
+  facts.rootfsNode = nodes.rootfs;
+  facts.imageNode = nodes.image;
   const missing: string[] = [];
   const disables: string[] = [];
+  // Sandboxes run the project's Node (the ama_worker lane's worker, supervisors, ACP agents need >= 24).
+  for (const [where, version] of [
+    ["rootfs", nodes.rootfs],
+    ["image", nodes.image],
+  ] as const) {
+    if (version !== null && Number(version.replace(/^v/, "").split(".")[0]) < MIN_NODE_MAJOR) {
+      missing.push(`the base ${where} runs Node ${version} (need >= ${MIN_NODE_MAJOR})`);
+      disables.push(`the in-sandbox lanes on the base ${where} (the official worker needs Node >= ${MIN_NODE_MAJOR})`);
+    }
+  }
   if (dockerUp && !loaded.includes(manifest.base.image)) {
     missing.push(`${manifest.base.image} not loaded`);
     disables.push("the node-docker driver (its base image is missing)");
@@ -264,7 +328,8 @@ export async function checkImages(manifestPath: string, socketPath: string, dock
     missing.push(`rootfs ${manifest.base.rootfs} missing`);
     disables.push("the prebuilt bubblewrap rootfs (node and tools inside the sandbox)");
   }
-  const detail = `base ${manifest.base.image}${dockerUp ? (loaded.includes(manifest.base.image) ? " loaded" : " NOT loaded") : ""}, rootfs ${manifest.base.rootfs}`;
+  const node = [...new Set([nodes.rootfs, nodes.image].filter((v) => v !== null))].join("/") || "unknown";
+  const detail = `base ${manifest.base.image}${dockerUp ? (loaded.includes(manifest.base.image) ? " loaded" : " NOT loaded") : ""}, rootfs ${manifest.base.rootfs}, sandbox node ${node}`;
   if (missing.length === 0) return check("images", "ok", detail, { facts });
   return check("images", "missing", `${detail}: ${missing.join("; ")}`, { disables, hint: PROVISION, facts });
 }
@@ -327,7 +392,7 @@ export function summarize(checks: DoctorCheck[]): DoctorReport {
   const sandbox = ok("bubblewrap") ? "bubblewrap" : dockerUsable ? "docker" : null;
   const basics = ok("node") && ok("sqlite");
   const reason = !basics
-    ? "Node.js 20+ and SQLite are required"
+    ? `Node.js ${MIN_NODE_MAJOR}+ and SQLite are required`
     : sandbox === null
       ? "no usable sandbox: bubblewrap does not work and Docker (engine + base image) is not available, so the server would fail closed"
       : `SQLite storage and the ${sandbox} sandbox driver`;
