@@ -7,6 +7,10 @@
 # runs only when an install needs it); a dockerd that already answers is left
 # alone. Safe to run on every CI start.
 #
+# `--embedded`: only what the embedded default of `openma serve` needs
+# (bubblewrap), no Docker Engine. `openma serve` runs this on its first start
+# when no sandbox driver is usable (see apps/openma/src/provision.ts).
+#
 # Environment:
 #   OPENMA_DOCKERD_LOG              dockerd log file (default /var/log/openma-dockerd.log)
 #   OPENMA_DOCKER_STORAGE_DRIVER    force a storage driver instead of probing overlay2, then vfs
@@ -14,6 +18,18 @@
 set -euo pipefail
 
 PACKAGES=(bubblewrap docker.io debootstrap busybox-static iproute2)
+WITH_DOCKER=1
+case "${1:-}" in
+  "") ;;
+  --embedded)
+    PACKAGES=(bubblewrap)
+    WITH_DOCKER=0
+    ;;
+  *)
+    printf 'usage: provision.sh [--embedded]\n' >&2
+    exit 2
+    ;;
+esac
 DOCKERD_LOG="${OPENMA_DOCKERD_LOG:-/var/log/openma-dockerd.log}"
 STATE_DIR=/var/lib/openma
 WAIT_SECONDS="${OPENMA_DOCKERD_WAIT_SECONDS:-60}"
@@ -168,6 +184,6 @@ start_docker() {
 }
 
 install_packages
-start_docker
+if [ "$WITH_DOCKER" -eq 1 ]; then start_docker; fi
 log "bwrap: $(bwrap --version 2>/dev/null || echo missing)"
 log "done"

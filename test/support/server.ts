@@ -34,6 +34,8 @@ export async function startTestServer(dialect: Dialect, env: Record<string, stri
     OPENMA_API_KEY: TEST_API_KEY,
     LOG_LEVEL: "silent",
     OPENMA_BRAIN: "off",
+    // Tests never install packages as a side effect (test/e2e/first-start-provision.test.ts asks for it).
+    OPENMA_AUTO_PROVISION: "off",
     ...env,
   });
   const server = await startServer(config, { storage: store.storage, logger: silentLogger });

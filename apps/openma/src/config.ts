@@ -38,6 +38,8 @@ const schema = z.object({
   OPENMA_EXECUTION_POLL_MS: z.coerce.number().int().min(100).max(600_000).default(5_000),
   // Where the default harness's sandbox tools run (see sandbox.ts): bubblewrap, else Docker, else fail closed.
   OPENMA_SANDBOX: z.enum(SANDBOX_CHOICES).default("auto"),
+  // With no usable sandbox driver, install bubblewrap on start (root + apt-get only); see provision.ts.
+  OPENMA_AUTO_PROVISION: z.enum(["on", "off", "1", "0", "true", "false"]).default("on"),
   // The runtime host (ama_worker lane): serve this self-hosted environment from this machine.
   OPENMA_RUNTIME_HOST_ENVIRONMENT_ID: z
     .string()
@@ -88,6 +90,8 @@ export interface ServerConfig {
     leaseTtlMs: number;
     pollIntervalMs: number;
     sandbox: SandboxChoice;
+    /** Install bubblewrap on start when no sandbox driver is usable. */
+    autoProvision: boolean;
   };
   /** Upstream Messages API for the harness; without a key sessions fail with a clear `session.error`. Secret: never log. */
   model: { baseUrl: string | undefined; apiKey: string | undefined };
@@ -135,6 +139,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
       leaseTtlMs: e.OPENMA_EXECUTION_LEASE_TTL_MS,
       pollIntervalMs: e.OPENMA_EXECUTION_POLL_MS,
       sandbox: e.OPENMA_SANDBOX,
+      autoProvision: ["on", "1", "true"].includes(e.OPENMA_AUTO_PROVISION),
     },
     model: { baseUrl: e.OPENMA_MODEL_BASE_URL, apiKey: e.OPENMA_MODEL_API_KEY || e.ANTHROPIC_API_KEY },
     blobs: blobEnvOf(e),

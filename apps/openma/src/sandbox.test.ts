@@ -156,6 +156,71 @@ describe("per-session sandboxes", () => {
     expect(resolution).toEqual({ type: "unavailable", reason: logger.warnings[0] });
   });
 
+  it("installs bubblewrap through the provisioner when no driver is usable, then uses it", async () => {
+    const logger = recordingLogger();
+    let installed = false;
+    const calls: string[] = [];
+    const sandboxes = await openServeSandboxes({
+      choice: "auto",
+      dataDir,
+      logger,
+      probes: {
+        bubblewrap: async () => (installed ? { ok: true } : { ok: false, reason: "bwrap is not installed" }),
+        docker: dockerMissing,
+      },
+      provisioner: async () => {
+        calls.push("provision");
+        installed = true;
+        return { type: "provisioned" };
+      },
+    });
+    try {
+      expect(calls).toEqual(["provision"]);
+      expect(sandboxes.driver).toBe("bubblewrap");
+      expect(logger.warnings).toEqual([]);
+    } finally {
+      await sandboxes.close();
+    }
+  });
+
+  it("says why nothing was installed, and still fails closed, when provisioning cannot run or fails", async () => {
+    for (const outcome of [
+      { type: "not_attempted" as const, reason: "installing bubblewrap needs root" },
+      { type: "failed" as const, reason: "scripts/provision.sh --embedded exited with 100" },
+    ]) {
+      const logger = recordingLogger();
+      const sandboxes = await openServeSandboxes({
+        choice: "auto",
+        dataDir,
+        logger,
+        probes: { bubblewrap: bwrapMissing, docker: dockerMissing },
+        provisioner: async () => outcome,
+      });
+      expect(sandboxes.driver).toBeNull();
+      expect(logger.warnings).toHaveLength(1);
+      expect(logger.warnings[0]).toContain(`not installed automatically: ${outcome.reason}`);
+      expect(logger.warnings[0]).toContain("npm run provision");
+    }
+  });
+
+  it("never provisions for an explicit docker choice or for none", async () => {
+    for (const choice of ["docker", "none"] as const) {
+      let called = false;
+      const sandboxes = await openServeSandboxes({
+        choice,
+        dataDir,
+        logger: recordingLogger(),
+        probes: { bubblewrap: bwrapMissing, docker: dockerMissing },
+        provisioner: async () => {
+          called = true;
+          return { type: "provisioned" };
+        },
+      });
+      expect(sandboxes.driver).toBeNull();
+      expect(called).toBe(false);
+    }
+  });
+
   it("acquires once per session with host workspace and outputs dirs, and reuses it", async () => {
     const fake = fakeDriver();
     const sandboxes = sessionSandboxes(fake.backend, { dataDir, logger: recordingLogger(), scheduler: new ManualScheduler() });

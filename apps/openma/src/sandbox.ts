@@ -40,6 +40,7 @@ import {
 import { NO_SANDBOX_DRIVER } from "@openma/harness";
 import { realScheduler, type Scheduler } from "@openma/time";
 import { checkBubblewrap } from "./doctor.ts";
+import type { Provisioner } from "./provision.ts";
 
 export const SANDBOX_CHOICES = ["auto", "bubblewrap", "docker", "none"] as const;
 export type SandboxChoice = (typeof SANDBOX_CHOICES)[number];
@@ -156,11 +157,27 @@ export interface ServeSandboxOptions {
   scheduler?: Scheduler;
   /** A session's sandbox is terminated after this long without a tool call (default 30 minutes). */
   idleMs?: number;
+  /** Installs bubblewrap when no driver is usable (first start on a fresh machine); absent: never. */
+  provisioner?: Provisioner | undefined;
 }
 
-/** Chooses the driver, logs once when sandbox tools will fail closed, and returns the per-session resolver. */
+/**
+ * Chooses the driver (installing bubblewrap first when none is usable and a
+ * provisioner is given), logs once when sandbox tools will fail closed, and
+ * returns the per-session resolver.
+ */
 export async function openServeSandboxes(options: ServeSandboxOptions): Promise<ServeSandboxes> {
-  const selection = await chooseSandbox(options.choice, options.probes ?? hostProbes);
+  const probes = options.probes ?? hostProbes;
+  let selection = await chooseSandbox(options.choice, probes);
+  if (selection.type === "none" && selection.warn && options.provisioner !== undefined && options.choice !== "docker") {
+    options.logger.info(
+      { sandbox: options.choice },
+      "no sandbox driver is usable: installing bubblewrap for the embedded default (OPENMA_AUTO_PROVISION=0 turns this off)",
+    );
+    const outcome = await options.provisioner();
+    if (outcome.type === "provisioned") selection = await chooseSandbox(options.choice, probes);
+    else selection = { ...selection, reason: `${selection.reason} (not installed automatically: ${outcome.reason})` };
+  }
   if (selection.type === "none") {
     if (selection.warn) options.logger.warn({ sandbox: options.choice }, selection.reason);
     return failClosed(selection.reason);

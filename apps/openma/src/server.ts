@@ -15,6 +15,7 @@ import type { BlobStore } from "@openma/storage/blobs";
 import pino from "pino";
 import { ensureAdminKey } from "./admin-key.ts";
 import type { ServerConfig } from "./config.ts";
+import { hostProvisioner } from "./provision.ts";
 import { startConfiguredRuntimeHost } from "./runtime-host.ts";
 import { type AvailabilityProbes, openServeSandboxes, type ServeSandboxes } from "./sandbox.ts";
 import { loadSecretKeys, type SecretKeys } from "./secret-key.ts";
@@ -184,7 +185,15 @@ interface Brain {
 
 async function startBrain(config: ServerConfig, deps: ApiDeps, probes: AvailabilityProbes | undefined): Promise<Brain | null> {
   if (!config.brain.enabled) return null;
-  const sandboxes = await openServeSandboxes({ choice: config.brain.sandbox, dataDir: config.dataDir, logger: deps.logger, probes });
+  // Tests that inject probes describe a machine; only the real one is ever provisioned.
+  const provisioner = config.brain.autoProvision && probes === undefined ? hostProvisioner({ output: process.stderr }) : undefined;
+  const sandboxes = await openServeSandboxes({
+    choice: config.brain.sandbox,
+    dataDir: config.dataDir,
+    logger: deps.logger,
+    probes,
+    provisioner,
+  });
   const runner = harnessRunner({
     storage: deps.storage,
     clock: deps.clock,
