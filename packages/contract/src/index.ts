@@ -8,6 +8,7 @@ export * from "./checkpoint.ts";
 export * from "./compose.ts";
 export * from "./driver.ts";
 export * from "./fence.ts";
+export * from "./inventory.ts";
 export * from "./json.ts";
 export * from "./orphan.ts";
 export * from "./outputs.ts";
