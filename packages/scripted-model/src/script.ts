@@ -12,6 +12,11 @@
  * With `session_key`, every distinct key taken from a request (a substring of
  * the system prompt, or `metadata.user_id`) replays its own copy of `turns`,
  * so concurrent sessions each follow the whole script independently.
+ *
+ * The script is dialect-neutral: matchers read the request's neutral view
+ * (view.ts) and responses are rendered by the dialect the request came in
+ * (dialects/*.ts). `side_requests` answers agents' auxiliary calls outside the
+ * turns (side.ts).
  */
 import { z } from "zod";
 import { ERROR_TYPES } from "./errors.ts";
