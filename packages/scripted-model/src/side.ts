@@ -68,12 +68,14 @@ function typeOf(s: Schema): string | undefined {
   return isSchema(s.properties) ? "object" : undefined;
 }
 
-/** A number inside the schema's bounds, 1 when they allow it (classifiers reject a score below 1). */
+/**
+ * The schema's minimum when it has one, else 1 (or its maximum when that is
+ * below 1): Gemini CLI's classifier rejects a score below 1, and a confidence
+ * bounded to [0, 1] stays at 0 so no check reads as alarmed.
+ */
 function numberIn(s: Schema): number {
-  const min = typeof s.minimum === "number" ? s.minimum : undefined;
-  const max = typeof s.maximum === "number" ? s.maximum : undefined;
-  if (min !== undefined && min > 1) return min;
-  if (max !== undefined && max < 1) return max;
+  if (typeof s.minimum === "number") return s.minimum;
+  if (typeof s.maximum === "number" && s.maximum < 1) return s.maximum;
   return 1;
 }
 
@@ -113,7 +115,7 @@ function objectFor(schema: Schema, overrides: Record<string, unknown>, depth: nu
 
 /**
  * A value that satisfies a JSON schema (or Gemini's schema dialect): every
- * property present, the first enum value, numbers at 1 within bounds,
+ * property present, the first enum value, numbers at their minimum (1 when unbounded),
  * `"scripted <name>"` for strings, arrays at their minimum length. Top-level
  * `overrides` replace properties by name. Without a schema (JSON mode), just
  * the overrides.
