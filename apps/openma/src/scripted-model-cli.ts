@@ -1,11 +1,14 @@
 /**
- * Run the scripted model on its own, for cross-process tests and the offline demo:
+ * Run the scripted model on its own, for cross-process tests, agents in
+ * sandboxes and the offline demo:
  *
  *   npx tsx apps/openma/src/scripted-model-cli.ts --script file.json --port 0
  *
- * Prints its base URL as the first stdout line (so a parent process can read
- * it) and serves until SIGINT/SIGTERM. The script can be replaced and faults
- * queued at runtime over `POST /_script` and `POST /_script/inject`.
+ * One port serves every dialect (Anthropic Messages, OpenAI Responses and Chat
+ * Completions, Gemini) from the same script. Prints its base URL as the first
+ * stdout line (so a parent process can read it) and serves until
+ * SIGINT/SIGTERM. The script can be replaced and faults queued at runtime over
+ * `POST /_script` and `POST /_script/inject`.
  */
 import { readFile } from "node:fs/promises";
 import { parseArgs } from "node:util";
@@ -13,10 +16,16 @@ import { parseScript, ScriptError, startScriptedModel } from "@openma/scripted-m
 
 const USAGE = `usage: scripted-model-cli [--script file.json] [--port 0] [--host 127.0.0.1] [--api-key KEY]
 
-  --script   JSON script (a list of turns or {turns, session_key}); empty when omitted
+  --script   JSON script (a list of turns or {turns, session_key, side_requests}); empty when omitted
   --port     port to listen on; 0 picks a free one (default 0)
   --host     interface to bind (default 127.0.0.1)
-  --api-key  require this key (x-api-key or Bearer); also SCRIPTED_MODEL_API_KEY
+  --api-key  require this key, presented as each API does (x-api-key or Bearer;
+             Bearer; x-goog-api-key or ?key=); also SCRIPTED_MODEL_API_KEY
+
+Base URLs, given the printed URL U:
+  Anthropic   U              (POST /v1/messages)
+  OpenAI      U/v1           (POST /v1/responses, /v1/chat/completions)
+  Gemini      U              (POST /v1beta/models/{model}:streamGenerateContent?alt=sse, ...)
 `;
 
 function parsePort(raw: string): number {

@@ -11,6 +11,8 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import Anthropic, { APIError } from "@anthropic-ai/sdk";
+import { GoogleGenAI } from "@google/genai";
+import OpenAI from "openai";
 import { afterEach, describe, expect, it } from "vitest";
 import type { ScriptInput } from "./index.ts";
 
@@ -69,6 +71,32 @@ describe("scripted-model-cli", () => {
     child.kill("SIGTERM");
     const [code] = await once(child, "exit");
     expect(code).toBe(0);
+  });
+
+  it("serves every dialect from one script on one port", async () => {
+    const { child, url } = await spawnCli([{ times: 4, response: "same answer" }]);
+    const anthropic = new Anthropic({ baseURL: url, apiKey: KEY, maxRetries: 0 });
+    const openai = new OpenAI({ baseURL: `${url}/v1`, apiKey: KEY, maxRetries: 0 });
+    const gemini = new GoogleGenAI({ apiKey: KEY, httpOptions: { baseUrl: url, apiVersion: "v1beta" } });
+    const texts = [
+      (await anthropic.messages.stream(ask).finalMessage()).content.map((b) => (b.type === "text" ? b.text : "")).join(""),
+      (await openai.responses.stream({ model: "gpt-test", input: "hi" }).finalResponse()).output_text,
+      (await openai.chat.completions.create({ model: "gpt-test", messages: [{ role: "user", content: "hi" }] })).choices[0]!.message
+        .content,
+      (await gemini.models.generateContent({ model: "gemini-test", contents: "hi" })).text,
+    ];
+    expect(texts).toEqual(Array(4).fill("same answer"));
+    const log = (await (await fetch(`${url}/_script/requests`, { headers: { "x-api-key": KEY } })).json()) as {
+      data: { dialect: string; turn: number }[];
+    };
+    expect(log.data.map((r) => [r.dialect, r.turn])).toEqual([
+      ["anthropic", 0],
+      ["openai-responses", 0],
+      ["openai-chat", 0],
+      ["gemini", 0],
+    ]);
+    child.kill("SIGTERM");
+    await once(child, "exit");
   });
 
   it("leaves the client with a broken stream when killed with SIGKILL mid-stream", async () => {

@@ -1,7 +1,7 @@
 /**
- * The Messages API error envelope: `{type:"error", error:{type, message},
- * request_id}` with the id repeated in the `request-id` header, which is what
- * the official SDK reads into `APIError.requestID` and `.type`.
+ * Error types in the Messages API's taxonomy. Scripts and faults name errors
+ * this way whatever the dialect; each dialect maps a type to its own status,
+ * error code and envelope (dialects/*.ts).
  */
 import { randomBytes } from "node:crypto";
 
@@ -44,16 +44,6 @@ export function statusFor(type: ErrorType): number {
   return STATUS_BY_TYPE[type];
 }
 
-export interface ErrorBody {
-  type: "error";
-  error: { type: ErrorType; message: string };
-  request_id: string;
-}
-
-export function errorBody(type: ErrorType, message: string, requestId: string): ErrorBody {
-  return { type: "error", error: { type, message }, request_id: requestId };
-}
-
 const BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 
 /** Ids shaped like the real API's (`msg_…`, `toolu_…`, `req_…`): a prefix and 24 base62 characters. */
@@ -62,4 +52,9 @@ export function randomId(prefix: string): string {
   let out = "";
   for (const b of bytes) out += BASE62[b % 62];
   return `${prefix}_${out}`;
+}
+
+/** Anthropic's 529 "overloaded" has no counterpart elsewhere: OpenAI and Gemini answer an overload with 503. */
+export function portableStatus(status: number): number {
+  return status === 529 ? 503 : status;
 }

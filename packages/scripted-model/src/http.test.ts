@@ -150,6 +150,7 @@ describe("/_script control routes", () => {
       unused_turns: [{ session_key: null, index: 0, label: "hello", remaining: 1 }],
       pending_faults: 0,
       requests: 0,
+      side_requests: 0,
     });
     expect(await (await post(m, "/_script/inject", [{ type: "error", status: 429 }, { type: "drop" }])).json()).toEqual({
       pending_faults: 2,
@@ -163,7 +164,7 @@ describe("/_script control routes", () => {
     };
     expect(log.data.map((r) => r.outcome)).toEqual(["fault", "dropped", "completed"]);
     const cleared = await fetch(`${m.url}/_script/requests`, { method: "DELETE", headers: { "x-api-key": KEY } });
-    expect(await cleared.json()).toEqual({ data: [] });
+    expect(await cleared.json()).toEqual({ data: [], side: [] });
     expect(m.requests).toHaveLength(0);
   });
 

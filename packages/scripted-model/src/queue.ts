@@ -4,8 +4,9 @@
  * turn), used up when delivery completes, and handed back when it does not,
  * keeping its place in the script.
  */
-import { type MessagesRequest, mismatch, sessionKeyOf } from "./request.ts";
+import { mismatch, sessionKeyOf } from "./match.ts";
 import type { Fault, Script, Turn } from "./script.ts";
+import type { RequestView } from "./view.ts";
 
 export interface TurnLease {
   turn: Turn;
@@ -56,7 +57,7 @@ export class ScriptState {
     return c;
   }
 
-  select(req: MessagesRequest): Selection {
+  select(req: RequestView): Selection {
     const key = this.script.session_key ? sessionKeyOf(this.script.session_key, req) : null;
     const cursor = this.#cursorFor(key ?? "");
     const where = key === null ? "" : ` for session ${JSON.stringify(key)}`;
@@ -131,7 +132,7 @@ export class FaultQueue {
   }
 
   /** Take the oldest fault whose guard accepts the request. */
-  take(req: MessagesRequest): Fault | null {
+  take(req: RequestView): Fault | null {
     const i = this.#faults.findIndex((f) => mismatch(f.match, req) === null);
     if (i < 0) return null;
     return this.#faults.splice(i, 1)[0]!;

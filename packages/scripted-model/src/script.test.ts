@@ -1,18 +1,23 @@
 /** Script parsing, matchers, turn selection and the wire builder, without HTTP. */
 import { describe, expect, it } from "vitest";
+import { anthropic, buildResponse } from "./dialects/anthropic.ts";
+import { chunk } from "./frames.ts";
+import { mismatch, sessionKeyOf } from "./match.ts";
 import { FaultQueue, ScriptState } from "./queue.ts";
-import { type MessagesRequest, messagesRequestSchema, mismatch, redactHeaders, sessionKeyOf } from "./request.ts";
 import { parseFault, parseScript, ScriptError, type ScriptInput } from "./script.ts";
-import { buildResponse, chunk } from "./wire.ts";
+import { type RequestView, redactHeaders } from "./view.ts";
 
-function request(body: Record<string, unknown>): MessagesRequest {
-  return messagesRequestSchema.parse({ model: "claude-test", max_tokens: 64, ...body });
+/** A Messages API body, read into the neutral view the matchers see. */
+function request(body: Record<string, unknown>): RequestView {
+  const parsed = anthropic.parse({ model: "claude-test", max_tokens: 64, ...body }, {});
+  if (!parsed.ok) throw new Error(parsed.message);
+  return parsed.value.view;
 }
 
 const userSays = (text: string, extra: Record<string, unknown> = {}) => request({ messages: [{ role: "user", content: text }], ...extra });
 
 /** user → assistant tool_use(name) → user tool_result. */
-function afterTool(name: string, result: string, isError = false): MessagesRequest {
+function afterTool(name: string, result: string, isError = false): RequestView {
   return request({
     messages: [
       { role: "user", content: "go" },

@@ -12,9 +12,15 @@
  * With `session_key`, every distinct key taken from a request (a substring of
  * the system prompt, or `metadata.user_id`) replays its own copy of `turns`,
  * so concurrent sessions each follow the whole script independently.
+ *
+ * The script is dialect-neutral: matchers read the request's neutral view
+ * (view.ts) and responses are rendered by the dialect the request came in
+ * (dialects/*.ts). `side_requests` answers agents' auxiliary calls outside the
+ * turns (side.ts).
  */
 import { z } from "zod";
 import { ERROR_TYPES } from "./errors.ts";
+import { DIALECTS } from "./view.ts";
 
 const MAX_DELAY_MS = 600_000;
 const tokens = z.number().int().min(0).max(100_000_000);
@@ -34,6 +40,8 @@ export const usageSpecSchema = z.strictObject({
   output_tokens: tokens.optional(),
   cache_creation_input_tokens: tokens.optional(),
   cache_read_input_tokens: tokens.optional(),
+  /** Part of output_tokens spent thinking, for the dialects that report it (OpenAI, Gemini); estimated from thinking blocks when absent. */
+  reasoning_tokens: tokens.optional(),
 });
 
 export const blockSpecSchema = z.discriminatedUnion("type", [
@@ -72,7 +80,26 @@ export const responseSpecSchema = z.preprocess(
   responseObjectSchema,
 );
 
-/** Every given condition must hold (AND). */
+const regexSource = z
+  .string()
+  .min(1)
+  .max(1000)
+  .refine(
+    (p) => {
+      try {
+        new RegExp(p);
+        return true;
+      } catch {
+        return false;
+      }
+    },
+    { message: "not a valid regular expression" },
+  );
+
+/**
+ * Every given condition must hold (AND). Conditions read the dialect-neutral
+ * request view (view.ts), so the same matcher works for every dialect.
+ */
 export const matcherSchema = z.strictObject({
   /** The last `user` message's text (string content or text blocks) contains this. */
   last_user_text_contains: z.string().max(100_000).optional(),
@@ -86,8 +113,19 @@ export const matcherSchema = z.strictObject({
   tools_include: z.array(z.string().min(1).max(256)).max(1000).optional(),
   /** The system prompt contains this (a session marker). */
   system_contains: z.string().max(100_000).optional(),
+  /** The system prompt matches this regular expression (case-insensitive). */
+  system_matches: regexSource.optional(),
+  /** User and assistant messages; system messages do not count. */
   message_count: z.number().int().min(0).max(1_000_000).optional(),
   stream: z.boolean().optional(),
+  /** The request came in this dialect. */
+  dialect: z.enum(DIALECTS).optional(),
+  /** The request declares at least one tool (true) or none (false). */
+  has_tools: z.boolean().optional(),
+  /** The request demands a JSON answer (JSON schema or JSON mode). */
+  json_output: z.boolean().optional(),
+  /** The request caps output at this many tokens or fewer (a quota probe sends 1). */
+  max_output_tokens_at_most: z.number().int().min(0).max(100_000_000).optional(),
 });
 
 export const delaySchema = z.strictObject({
@@ -123,29 +161,36 @@ export const turnSchema = turnObjectSchema.refine((t) => (t.response === undefin
 });
 
 export const sessionKeySchema = z.strictObject({
+  /** `metadata.user_id` reads the caller's end-user id in any dialect (OpenAI: `metadata.user_id`, `user`, `safety_identifier`). */
   from: z.enum(["system", "metadata.user_id"]).default("system"),
   /** Regular expression; the key is its first capture group, or the whole match. Without it the whole source is the key. */
-  pattern: z
-    .string()
-    .min(1)
-    .max(1000)
-    .refine(
-      (p) => {
-        try {
-          new RegExp(p);
-          return true;
-        } catch {
-          return false;
-        }
-      },
-      { message: "not a valid regular expression" },
-    )
-    .optional(),
+  pattern: regexSource.optional(),
+});
+
+/**
+ * A side rule answers the agent's auxiliary requests (titles, classifiers,
+ * suggestions, probes) without touching the script's turns.
+ */
+export const sideRuleSchema = z
+  .strictObject({
+    label: z.string().min(1).max(256),
+    match: matcherSchema,
+    response: responseSpecSchema.optional(),
+    /** Answer with JSON built from the request's schema; these values override fields by name. */
+    json: z.record(z.string(), z.unknown()).optional(),
+  })
+  .refine((r) => (r.response === undefined) !== (r.json === undefined), { message: "a side rule needs exactly one of response or json" });
+
+export const sideRequestsSchema = z.strictObject({
+  /** Apply the built-in rules (side.ts) after the script's own. */
+  defaults: z.boolean().default(true),
+  rules: z.array(sideRuleSchema).max(1000).default([]),
 });
 
 const scriptObjectSchema = z.strictObject({
   turns: z.array(turnSchema).max(100_000),
   session_key: sessionKeySchema.optional(),
+  side_requests: sideRequestsSchema.optional(),
 });
 
 /** A script; a bare array is shorthand for `{turns}`. */
@@ -172,7 +217,11 @@ export const faultSchema = z.discriminatedUnion("type", [
 // Input types are spelled out because preprocess erases them to `unknown`.
 export type ResponseSpecInput = string | z.input<typeof responseObjectSchema>;
 export type TurnInput = Omit<z.input<typeof turnObjectSchema>, "response"> & { response?: ResponseSpecInput };
-export type ScriptInput = TurnInput[] | (Omit<z.input<typeof scriptObjectSchema>, "turns"> & { turns: TurnInput[] });
+export type SideRuleInput = Omit<z.input<typeof sideRuleSchema>, "response"> & { response?: ResponseSpecInput };
+export type SideRequestsInput = { defaults?: boolean; rules?: SideRuleInput[] };
+export type ScriptInput =
+  | TurnInput[]
+  | (Omit<z.input<typeof scriptObjectSchema>, "turns" | "side_requests"> & { turns: TurnInput[]; side_requests?: SideRequestsInput });
 export type Script = z.output<typeof scriptSchema>;
 export type Turn = z.output<typeof turnSchema>;
 export type ResponseSpec = z.output<typeof responseObjectSchema>;
@@ -182,6 +231,8 @@ export type ErrorSpec = z.output<typeof errorSpecSchema>;
 export type FaultInput = z.input<typeof faultSchema>;
 export type Fault = z.output<typeof faultSchema>;
 export type SessionKey = z.output<typeof sessionKeySchema>;
+export type SideRule = z.output<typeof sideRuleSchema>;
+export type UsageSpec = z.output<typeof usageSpecSchema>;
 
 /** Render a zod failure as `path: message` lines, naming the offending field. */
 export function describeIssues(error: z.ZodError): string {

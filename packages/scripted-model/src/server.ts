@@ -1,6 +1,6 @@
 /**
- * `startScriptedModel`: the scripted Messages API on a real HTTP port, for the
- * official SDK to reach by `baseURL`.
+ * `startScriptedModel`: the scripted model APIs on a real HTTP port, for each
+ * vendor's official SDK (or an agent) to reach by its base URL.
  */
 import type { AddressInfo } from "node:net";
 import { serve } from "@hono/node-server";
@@ -14,17 +14,21 @@ export interface ScriptedModelOptions {
   /** 0 (default) picks a free port. */
   port?: number;
   host?: string;
-  /** When set, requests must present it as `x-api-key` or `Authorization: Bearer`. */
+  /** When set, requests must present it the way their API does (x-api-key or Bearer; Bearer; x-goog-api-key or ?key=). */
   apiKey?: string;
   /** Time source for scripted delays (default: real timers). */
   scheduler?: Scheduler;
 }
 
 export interface ScriptedModel {
-  /** Base URL for `new Anthropic({baseURL})`. */
+  /** Base URL for `new Anthropic({baseURL})` and Gemini's `httpOptions.baseUrl`. */
   url: string;
-  /** Every request received on `/v1/messages`, live. */
+  /** The base URL each vendor's client expects (OpenAI's ends in /v1). */
+  baseUrls: Record<"anthropic" | "openai" | "gemini", string>;
+  /** Every conversation turn request received, in any dialect, live. */
   requests: RecordedRequest[];
+  /** Side requests (titles, classifiers, probes: see side.ts) and token counts, live. */
+  sideRequests: RecordedRequest[];
   /** Replace the script (turn usage starts over; the request log and queued faults stay). */
   load(script: ScriptInput): void;
   /** Queue a one-shot fault for the next request it matches. */
@@ -47,10 +51,13 @@ export async function startScriptedModel(opts: ScriptedModelOptions = {}): Promi
   });
   const { port } = server.address() as AddressInfo;
   const urlHost = host.includes(":") ? `[${host}]` : host;
+  const url = `http://${urlHost}:${port}`;
   let closing: Promise<void> | null = null;
   return {
-    url: `http://${urlHost}:${port}`,
+    url,
+    baseUrls: { anthropic: url, openai: `${url}/v1`, gemini: url },
     requests: core.requests,
+    sideRequests: core.sideRequests,
     load: (script) => core.load(script),
     inject: (fault) => core.inject(fault),
     unusedTurns: () => core.state.unused(),

@@ -7,14 +7,16 @@
 import type { ServerResponse } from "node:http";
 import type { Scheduler } from "@openma/time";
 import type { ErrorType } from "./errors.ts";
-import { sseFrame, type WireEvent } from "./wire.ts";
 
 export type StreamCut = { kind: "drop"; after: number } | { kind: "error"; after: number; errorType: ErrorType; message: string };
 
 export interface SseWrite {
   outgoing: ServerResponse;
-  events: WireEvent[];
-  requestId: string;
+  /** Rendered SSE messages, in order; a cut counts them. */
+  frames: string[];
+  /** The dialect's in-stream error message, sent in place of frame `sequence`. */
+  errorFrame(errorType: ErrorType, message: string, sequence: number): string;
+  headers: Record<string, string>;
   scheduler: Scheduler;
   /** Aborts when the client goes away or the server closes. */
   signal: AbortSignal;
@@ -57,11 +59,7 @@ async function applyCut(o: SseWrite, cut: StreamCut): Promise<StreamOutcome> {
     o.outgoing.socket?.destroy();
     return "dropped";
   }
-  await write(
-    o.outgoing,
-    sseFrame("error", { type: "error", error: { type: cut.errorType, message: cut.message }, request_id: o.requestId }),
-    o.signal,
-  );
+  await write(o.outgoing, o.errorFrame(cut.errorType, cut.message, cut.after), o.signal);
   await end(o.outgoing, o.signal);
   return "stream_error";
 }
@@ -74,14 +72,13 @@ export async function writeSse(o: SseWrite): Promise<StreamOutcome> {
       "content-type": "text/event-stream; charset=utf-8",
       "cache-control": "no-cache",
       connection: "keep-alive",
-      "request-id": o.requestId,
+      ...o.headers,
     });
     o.outgoing.flushHeaders();
-    for (let i = 0; i < o.events.length; i++) {
+    for (let i = 0; i < o.frames.length; i++) {
       if (o.cut && o.cut.after === i) return await applyCut(o, o.cut);
       if (i > 0 && o.chunkMs > 0) await o.scheduler.sleep(o.chunkMs, o.signal);
-      const event = o.events[i]!;
-      await write(o.outgoing, sseFrame(event.type, event), o.signal);
+      await write(o.outgoing, o.frames[i]!, o.signal);
     }
     if (o.cut) return await applyCut(o, o.cut);
     await end(o.outgoing, o.signal);
