@@ -180,3 +180,48 @@ else
 fi
 exit 0
 `;
+
+/**
+ * Framed stdin, for providers whose exec API can write to a process's stdin
+ * but never close it (Daytona's session commands). `$1` a FIFO path, then
+ * the command (usually the exec wrapper). The provider's stdin carries one
+ * line per chunk, the chunk in base64, and a line holding only `.` for end
+ * of input; the relay decodes into the FIFO the command reads, so the
+ * command sees exactly the bytes written and a real end-of-file. The relay
+ * runs in the background (stdin through fd 3, see EXEC_WRAPPER) and is
+ * killed when the command ends, since the provider never ends its input.
+ */
+export const FRAMED_STDIN = `
+f=$1; shift
+mkdir -p -- "\${f%/*}" && rm -f -- "$f" && mkfifo -m 600 -- "$f" || { printf '${WRAPPER_FAILURE}%s\\n' "cannot make the stdin relay" >&2; exit 127; }
+exec 3<&0
+{
+  while IFS= read -r line 0<&3; do
+    [ "$line" = "." ] && break
+    printf '%s\\n' "$line" | base64 -d || break
+  done
+} > "$f" &
+relay=$!
+exec 0</dev/null
+"$@" < "$f"
+rc=$?
+kill "$relay" 2>/dev/null
+exec 3<&-
+rm -f -- "$f"
+exit "$rc"
+`;
+
+/**
+ * `$1` a temporary file already written next to the target, `$2` the
+ * target, `$3` octal mode for a new file: moves the temporary file over the
+ * target (readers never see a partial file; a symlink at the target is
+ * replaced, not followed). An existing regular file keeps its mode.
+ */
+export const PLACE_FILE = `
+t=$1; p=$2; m=$3
+if [ -d "$p" ] && [ ! -L "$p" ]; then rm -f -- "$t"; printf 'is a directory\\n' >&2; exit ${FILE_EXIT.isDirectory}; fi
+if [ -f "$p" ] && [ ! -L "$p" ]; then m=$(stat -c '%a' -- "$p") || { rm -f -- "$t"; exit 1; }; fi
+if chmod "$m" "$t" && mv -f -- "$t" "$p"; then exit 0; fi
+rm -f -- "$t"
+exit 1
+`;
