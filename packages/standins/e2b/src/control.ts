@@ -109,7 +109,7 @@ export function mountControlPlane(app: Hono<StandInEnv>, deps: ControlDeps): voi
     } catch (err) {
       return apiError(c, 500, `Failed to create sandbox: ${String(err)}`);
     }
-    return c.json(sandboxJson(table, sandbox), 201);
+    return c.json(sandboxJson(sandbox), 201);
   });
 
   app.get("/v2/sandboxes", async (c) => {
@@ -167,7 +167,7 @@ export function mountControlPlane(app: Hono<StandInEnv>, deps: ControlDeps): voi
     const wasPaused = table.state(sandbox) === "paused";
     if (wasPaused) await table.resume(sandbox, timeout);
     else if (body.timeout !== undefined) table.setTimeout(sandbox, timeout);
-    return c.json(sandboxJson(table, sandbox), wasPaused ? 201 : 200);
+    return c.json(sandboxJson(sandbox), wasPaused ? 201 : 200);
   });
 
   app.post("/sandboxes/:id/timeout", async (c) => {

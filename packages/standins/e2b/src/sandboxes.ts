@@ -138,7 +138,7 @@ export class SandboxTable {
   }
 }
 
-export function sandboxJson(table: SandboxTable, sandbox: SandboxRecord): Record<string, unknown> {
+export function sandboxJson(sandbox: SandboxRecord): Record<string, unknown> {
   return {
     sandboxID: sandbox.sandboxID,
     templateID: sandbox.templateID,
