@@ -190,6 +190,9 @@ exit 0
  * command sees exactly the bytes written and a real end-of-file. The relay
  * runs in the background (stdin through fd 3, see EXEC_WRAPPER) and is
  * killed when the command ends, since the provider never ends its input.
+ * The command gets a session of its own where `setsid` exists, so the
+ * wrapper's cleanup (`kill -TERM 0`) stays inside it and never reaches the
+ * provider's session shell; this shell survives it either way (`trap`).
  */
 export const FRAMED_STDIN = `
 f=$1; shift
@@ -203,7 +206,8 @@ exec 3<&0
 } > "$f" &
 relay=$!
 exec 0</dev/null
-"$@" < "$f"
+trap ':' TERM
+if command -v setsid >/dev/null 2>&1; then setsid "$@" < "$f"; else "$@" < "$f"; fi
 rc=$?
 kill "$relay" 2>/dev/null
 exec 3<&-
