@@ -22,7 +22,7 @@ import type {
   WorkspacePersistencePort,
   WorkspaceStrategyOffer,
 } from "@openma/contract";
-import { FsCheckpointWorkspace, FsSessionOutputs, type FsOutputsOptions, type FsWorkspaceOptions } from "@openma/host";
+import { FsCheckpointWorkspace, type FsOutputsOptions, FsSessionOutputs, type FsWorkspaceOptions } from "@openma/host";
 import { DEFAULT_EXTRACT_LIMITS, type ExtractLimits } from "./tar.ts";
 import { pullTree, pushTree } from "./transfer.ts";
 

@@ -117,7 +117,9 @@ describe("extraction of a hostile archive", () => {
   });
 
   it("refuses bytes that are not an archive", async () => {
-    expect(await extractInto(Buffer.from("this is not a tar archive, just text that is long enough".repeat(20)), root)).toMatchObject({ ok: false });
+    expect(await extractInto(Buffer.from("this is not a tar archive, just text that is long enough".repeat(20)), root)).toMatchObject({
+      ok: false,
+    });
   });
 });
 

@@ -83,7 +83,11 @@ async function ensureParents(root: string, name: string): Promise<boolean> {
 }
 
 /** Unpacks `archive` into the existing directory `root` under the rules above. */
-export async function extractInto(archive: Uint8Array, root: string, limits: ExtractLimits = DEFAULT_EXTRACT_LIMITS): Promise<ExtractResult> {
+export async function extractInto(
+  archive: Uint8Array,
+  root: string,
+  limits: ExtractLimits = DEFAULT_EXTRACT_LIMITS,
+): Promise<ExtractResult> {
   const extract = tarExtract();
   extract.end(Buffer.from(archive));
   const state = { files: 0, bytes: 0, entries: 0, skipped: [] as string[] };
@@ -149,4 +153,3 @@ export async function emptyDirectory(dir: string): Promise<void> {
   await mkdir(dir, { recursive: true });
   for (const name of await readdir(dir)) await rm(join(dir, name), { recursive: true, force: true });
 }
-

@@ -18,7 +18,8 @@ const UNPACK = `f=$1; d=$2; mkdir -p -- "$d" && tar -xf "$f" -C "$d"; rc=$?; rm 
 const PACK = `f=$1; d=$2; mkdir -p -- "$d" "\${f%/*}" && tar -cf "$f" -C "$d" .`;
 
 function failure(what: string, result: ExecResult): Error {
-  if (result.type === "exited") return new Error(`${what} exited ${result.exitCode}: ${Buffer.from(result.stderr).toString("utf8").trim().slice(-500)}`);
+  if (result.type === "exited")
+    return new Error(`${what} exited ${result.exitCode}: ${Buffer.from(result.stderr).toString("utf8").trim().slice(-500)}`);
   return new Error(`${what}: ${result.type === "error" ? result.message : result.type}`);
 }
 
@@ -28,22 +29,41 @@ export async function pushTree(tools: ToolSandboxPort, hostDir: string, remoteDi
   const temp = `${TRANSFER_DIR}/${randomBytes(8).toString("hex")}.tar`;
   const wrote = await tools.writeFile({ path: temp, content: archive, signal });
   if (wrote.type !== "ok") throw new Error(`uploading ${remoteDir} into the runtime failed: ${wrote.message}`);
-  const unpacked = await tools.exec({ command: ["/bin/sh", "-c", UNPACK, "openma-unpack", temp, remoteDir], cwd: "/", timeoutMs: COMMAND_TIMEOUT_MS, signal });
+  const unpacked = await tools.exec({
+    command: ["/bin/sh", "-c", UNPACK, "openma-unpack", temp, remoteDir],
+    cwd: "/",
+    timeoutMs: COMMAND_TIMEOUT_MS,
+    signal,
+  });
   if (unpacked.type !== "exited" || unpacked.exitCode !== 0) throw failure(`unpacking ${remoteDir} in the runtime`, unpacked);
 }
 
 /** Replaces the contents of `hostDir` with those of `remoteDir` in the runtime (hostile input: see `extractInto`). */
-export async function pullTree(tools: ToolSandboxPort, remoteDir: string, hostDir: string, signal: AbortSignal, limits: ExtractLimits): Promise<void> {
+export async function pullTree(
+  tools: ToolSandboxPort,
+  remoteDir: string,
+  hostDir: string,
+  signal: AbortSignal,
+  limits: ExtractLimits,
+): Promise<void> {
   const temp = `${TRANSFER_DIR}/${randomBytes(8).toString("hex")}.tar`;
   try {
-    const packed = await tools.exec({ command: ["/bin/sh", "-c", PACK, "openma-pack", temp, remoteDir], cwd: "/", timeoutMs: COMMAND_TIMEOUT_MS, signal });
+    const packed = await tools.exec({
+      command: ["/bin/sh", "-c", PACK, "openma-pack", temp, remoteDir],
+      cwd: "/",
+      timeoutMs: COMMAND_TIMEOUT_MS,
+      signal,
+    });
     if (packed.type !== "exited" || packed.exitCode !== 0) throw failure(`packing ${remoteDir} in the runtime`, packed);
     const read = await tools.readFile({ path: temp, maxBytes: limits.maxBytes, signal });
-    if (read.type !== "ok") throw new Error(`downloading ${remoteDir} from the runtime failed: ${read.type === "error" ? read.message : read.type}`);
+    if (read.type !== "ok")
+      throw new Error(`downloading ${remoteDir} from the runtime failed: ${read.type === "error" ? read.message : read.type}`);
     await emptyDirectory(hostDir);
     const extracted = await extractInto(read.content, hostDir, limits);
     if (!extracted.ok) throw new Error(`the archive of ${remoteDir} was refused: ${extracted.error}`);
   } finally {
-    await tools.exec({ command: ["rm", "-f", "--", temp], cwd: "/", timeoutMs: 60_000, signal: AbortSignal.timeout(60_000) }).catch(() => {});
+    await tools
+      .exec({ command: ["rm", "-f", "--", temp], cwd: "/", timeoutMs: 60_000, signal: AbortSignal.timeout(60_000) })
+      .catch(() => {});
   }
 }
