@@ -83,6 +83,10 @@ export async function startDaytonaStandIn(options: DaytonaStandInOptions = {}): 
     boxes,
     table,
     live: () => table.all().length,
+    state: (id) => {
+      const held = table.find(id);
+      return held === undefined ? "gone" : held.box.state === "running" ? "running" : "suspended";
+    },
     close() {
       closing ??= (async () => {
         table.close();

@@ -66,6 +66,10 @@ export async function startE2BStandIn(options: E2BStandInOptions = {}): Promise<
     boxes,
     table,
     live: () => table.all().length,
+    state: (id) => {
+      const held = table.get(id);
+      return held === undefined ? "gone" : held.box.state === "running" ? "running" : "suspended";
+    },
     close() {
       closing ??= (async () => {
         table.close();

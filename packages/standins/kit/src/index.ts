@@ -26,6 +26,12 @@ export interface CloudStandIn {
   readonly boxes: LocalBoxes;
   /** Sandboxes the stand-in holds (any state). */
   live(): number;
+  /**
+   * A runtime as the platform holds it, by the id its driver's lease names
+   * (checked at the stand-in, never through the driver): its box running,
+   * suspended (paused or stopped), or gone.
+   */
+  state(runtimeId: string): "running" | "suspended" | "gone";
   close(): Promise<void>;
 }
 

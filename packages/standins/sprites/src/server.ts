@@ -180,6 +180,10 @@ export async function startSpritesStandIn(options: SpritesStandInOptions = {}): 
     boxes,
     table,
     live: () => table.all().length,
+    state: (id) => {
+      const held = table.get(id);
+      return held === undefined ? "gone" : held.box.state === "running" ? "running" : "suspended";
+    },
     close() {
       closing ??= (async () => {
         table.close();
