@@ -17,10 +17,9 @@
  *   Bearer`): `POST /v1/sprites`, WebSocket `/v1/sprites/{name}/exec`,
  *   `DELETE /v1/sprites/{name}`.
  */
-import type { RecordedRequest } from "@openma/standin-kit";
-import type { CloudStandIn } from "@openma/standin-kit";
+import type { CloudStandIn, RecordedRequest } from "@openma/standin-kit";
 import { afterEach, describe, expect, it } from "vitest";
-import { startVendorStandIn, type Vendor, VENDORS, vendorDriver } from "../support/cloud.ts";
+import { startVendorStandIn, VENDORS, type Vendor, vendorDriver } from "../support/cloud.ts";
 
 interface Documented {
   /** The one credential header the vendor documents for this surface. */
@@ -88,7 +87,9 @@ describe.each(VENDORS)("the official %s SDK on the wire", (vendor) => {
     const ran = await driver.toolSandbox(acquired.lease).exec({ command: ["echo", "wire"], timeoutMs: 60_000, signal: never() });
     expect(ran.type === "exited" && Buffer.from(ran.stdout).toString()).toBe("wire\n");
     const ranAt = standIn.requests.length;
-    expect(await driver.terminate({ scope, fence, lease: acquired.lease, reason: "completed", signal: never() })).toEqual({ type: "terminated" });
+    expect(await driver.terminate({ scope, fence, lease: acquired.lease, reason: "completed", signal: never() })).toEqual({
+      type: "terminated",
+    });
     const requests = standIn.requests;
 
     const created = matching(requests.slice(0, createdAt), documented.create);
@@ -110,7 +111,10 @@ describe.each(VENDORS)("the official %s SDK on the wire", (vendor) => {
 
   it("is refused with the vendor's 401 when the credential is wrong", async () => {
     standIn = await startVendorStandIn(vendor);
-    const wrong = { ...standIn, env: Object.fromEntries(Object.entries(standIn.env).map(([k, v]) => [k, /KEY|TOKEN/.test(k) ? `${v}-wrong` : v])) };
+    const wrong = {
+      ...standIn,
+      env: Object.fromEntries(Object.entries(standIn.env).map(([k, v]) => [k, /KEY|TOKEN/.test(k) ? `${v}-wrong` : v])),
+    };
     const driver = vendorDriver(vendor, wrong as CloudStandIn);
     const scope = { environmentId: "env_wire", sessionId: "sesn_wire_denied" };
     const acquired = await driver.acquire({

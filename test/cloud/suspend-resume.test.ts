@@ -132,7 +132,10 @@ describe("automatic sleep and wake on sprites", () => {
     const run = await startWithProcess("sprites", standIn);
     const driver = vendorDriver("sprites", standIn);
     // The driver's suspend asks the platform nothing: a Sprite sleeps on its own once idle.
-    expect(await driver.suspend({ scope: run.scope, fence: run.fence, lease: run.lease, signal: never() })).toEqual({ type: "suspended", lease: run.lease });
+    expect(await driver.suspend({ scope: run.scope, fence: run.fence, lease: run.lease, signal: never() })).toEqual({
+      type: "suspended",
+      lease: run.lease,
+    });
     const sprite = standIn.table.get(run.lease.runtimeId);
     if (!sprite) throw new Error("the stand-in lost the Sprite");
 

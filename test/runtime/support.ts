@@ -53,14 +53,14 @@ import {
   ManagedRuntimeHost,
 } from "@openma/host";
 import { AMA_WORKER_PROFILE, TEST_TIMINGS } from "@openma/host/testing/rig";
+import { RemoteCheckpointWorkspace, RemoteSessionOutputs } from "@openma/remote-bindings";
+import type { CloudStandIn } from "@openma/standin-kit";
 import type { BlobStore } from "@openma/storage/blobs";
 import { SqlRuntimeResourceFence } from "@openma/storage/fence";
 import { SqlRuntimeOrphanStore } from "@openma/storage/orphans";
 import type { TestStorage } from "@openma/storage/testing";
-import { RemoteCheckpointWorkspace, RemoteSessionOutputs } from "@openma/remote-bindings";
-import type { CloudStandIn } from "@openma/standin-kit";
 import type { ManualScheduler } from "@openma/time";
-import { startVendorStandIn, type Vendor, VENDORS, vendorDriver } from "../support/cloud.ts";
+import { startVendorStandIn, VENDORS, type Vendor, vendorDriver } from "../support/cloud.ts";
 
 export { AMA_WORKER_PROFILE, TEST_TIMINGS };
 

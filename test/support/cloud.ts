@@ -3,13 +3,14 @@
  * wire protocol, real local containers behind it) and the driver pointed at
  * it through the vendor's own variables, exactly as `openma` configures it.
  */
-import type { CloudStandIn } from "@openma/standin-kit";
+
 import { createDaytonaDriver, daytonaConfigFromEnv } from "@openma/driver-daytona";
 import { createE2BDriver, e2bConfigFromEnv } from "@openma/driver-e2b";
 import type { RemoteDriverOptions, RemoteSandboxDriver } from "@openma/driver-kit/remote";
 import { createSpritesDriver, spritesConfigFromEnv } from "@openma/driver-sprites";
 import { startDaytonaStandIn } from "@openma/standin-daytona";
 import { startE2BStandIn } from "@openma/standin-e2b";
+import type { CloudStandIn } from "@openma/standin-kit";
 import { startSpritesStandIn } from "@openma/standin-sprites";
 
 export const VENDORS = ["e2b", "daytona", "sprites"] as const;
@@ -27,7 +28,8 @@ export function startVendorStandIn(vendor: Vendor): Promise<CloudStandIn> {
 }
 
 function configured<C>(result: C | { missing: string[] }): C {
-  if (typeof result === "object" && result !== null && "missing" in result) throw new Error(`missing ${(result as { missing: string[] }).missing.join(", ")}`);
+  if (typeof result === "object" && result !== null && "missing" in result)
+    throw new Error(`missing ${(result as { missing: string[] }).missing.join(", ")}`);
   return result as C;
 }
 

@@ -1,21 +1,21 @@
 /**
  * Moving a tree between a host directory and a directory inside a remote
- * runtime through its ToolSandboxPort: one tar archive through the
- * provider's file API (binary-safe) and one `tar` command in the runtime.
- * A failure anywhere throws: the host turns it into the failed step
- * (attach, checkpoint, collect), never into a partial candidate.
+ * runtime through its ToolSandboxPort: one `tar` command each way, the
+ * archive in base64 on its stdin or stdout. Base64 because several
+ * providers deliver command output as text (E2B and Daytona decode it as
+ * UTF-8); one command because each provider round trip costs. A failure
+ * anywhere throws: the host turns it into the failed step (attach,
+ * checkpoint, collect), never into a partial candidate.
  */
-import { randomBytes } from "node:crypto";
 import type { ExecResult, ToolSandboxPort } from "@openma/contract";
 import { type ExtractLimits, emptyDirectory, extractInto, packDirectory } from "./tar.ts";
 
-const TRANSFER_DIR = "/tmp/.openma/xfer";
 const COMMAND_TIMEOUT_MS = 10 * 60_000;
 
-/** `$1` archive, `$2` directory: unpack into the directory (made if missing), then delete the archive. */
-const UNPACK = `f=$1; d=$2; mkdir -p -- "$d" && tar -xf "$f" -C "$d"; rc=$?; rm -f -- "$f"; exit $rc`;
-/** `$1` archive, `$2` directory: pack the directory's contents (made if missing, so an empty one packs as empty). */
-const PACK = `f=$1; d=$2; mkdir -p -- "$d" "\${f%/*}" && tar -cf "$f" -C "$d" .`;
+/** `$1` directory: unpack the base64 archive on stdin into it (made if missing). */
+const UNPACK = `d=$1; mkdir -p -- "$d" && base64 -d | tar -xf - -C "$d"`;
+/** `$1` directory: its contents as a base64 archive on stdout (made if missing, so an empty one packs as empty). */
+const PACK = `d=$1; mkdir -p -- "$d" && tar -cf - -C "$d" . | base64`;
 
 function failure(what: string, result: ExecResult): Error {
   if (result.type === "exited")
@@ -26,12 +26,10 @@ function failure(what: string, result: ExecResult): Error {
 /** Copies the contents of `hostDir` into `remoteDir` in the runtime. */
 export async function pushTree(tools: ToolSandboxPort, hostDir: string, remoteDir: string, signal: AbortSignal): Promise<void> {
   const archive = await packDirectory(hostDir);
-  const temp = `${TRANSFER_DIR}/${randomBytes(8).toString("hex")}.tar`;
-  const wrote = await tools.writeFile({ path: temp, content: archive, signal });
-  if (wrote.type !== "ok") throw new Error(`uploading ${remoteDir} into the runtime failed: ${wrote.message}`);
   const unpacked = await tools.exec({
-    command: ["/bin/sh", "-c", UNPACK, "openma-unpack", temp, remoteDir],
+    command: ["/bin/sh", "-c", UNPACK, "openma-unpack", remoteDir],
     cwd: "/",
+    stdin: Buffer.from(`${archive.toString("base64")}\n`),
     timeoutMs: COMMAND_TIMEOUT_MS,
     signal,
   });
@@ -46,24 +44,20 @@ export async function pullTree(
   signal: AbortSignal,
   limits: ExtractLimits,
 ): Promise<void> {
-  const temp = `${TRANSFER_DIR}/${randomBytes(8).toString("hex")}.tar`;
-  try {
-    const packed = await tools.exec({
-      command: ["/bin/sh", "-c", PACK, "openma-pack", temp, remoteDir],
-      cwd: "/",
-      timeoutMs: COMMAND_TIMEOUT_MS,
-      signal,
-    });
-    if (packed.type !== "exited" || packed.exitCode !== 0) throw failure(`packing ${remoteDir} in the runtime`, packed);
-    const read = await tools.readFile({ path: temp, maxBytes: limits.maxBytes, signal });
-    if (read.type !== "ok")
-      throw new Error(`downloading ${remoteDir} from the runtime failed: ${read.type === "error" ? read.message : read.type}`);
-    await emptyDirectory(hostDir);
-    const extracted = await extractInto(read.content, hostDir, limits);
-    if (!extracted.ok) throw new Error(`the archive of ${remoteDir} was refused: ${extracted.error}`);
-  } finally {
-    await tools
-      .exec({ command: ["rm", "-f", "--", temp], cwd: "/", timeoutMs: 60_000, signal: AbortSignal.timeout(60_000) })
-      .catch(() => {});
-  }
+  // Base64 is 4/3 of the archive plus a newline every 76 characters.
+  const maxOutputBytes = Math.ceil((limits.maxBytes * 4) / 3 / 76) * 77 + 64 * 1024;
+  const packed = await tools.exec({
+    command: ["/bin/sh", "-c", PACK, "openma-pack", remoteDir],
+    cwd: "/",
+    timeoutMs: COMMAND_TIMEOUT_MS,
+    signal,
+    maxOutputBytes,
+  });
+  if (packed.type !== "exited" || packed.exitCode !== 0) throw failure(`packing ${remoteDir} in the runtime`, packed);
+  if (packed.truncated) throw new Error(`the archive of ${remoteDir} is larger than ${limits.maxBytes} bytes`);
+  const text = Buffer.from(packed.stdout).toString("latin1");
+  if (/[^A-Za-z0-9+/=\s]/.test(text)) throw new Error(`the archive of ${remoteDir} did not arrive as base64`);
+  await emptyDirectory(hostDir);
+  const extracted = await extractInto(Buffer.from(text, "base64"), hostDir, limits);
+  if (!extracted.ok) throw new Error(`the archive of ${remoteDir} was refused: ${extracted.error}`);
 }

@@ -32,6 +32,7 @@ import type {
 } from "@openma/contract";
 import { OUTPUTS_MOUNT_PATH, sandboxLeaseIssues, WORKSPACE_MOUNT_PATH } from "@openma/contract";
 import type { RemoteSandboxApi } from "./api.ts";
+import { ProviderTimeoutError, withDeadline } from "./deadline.ts";
 import { carriesLabels, OWNERSHIP_KEYS, ownershipLabels, ownershipOf, runtimeNameFor } from "./ownership.ts";
 import type { CloudProvider, ProviderRuntime } from "./provider.ts";
 import { RemoteToolSandbox, type RemoteToolSandboxOptions, spawnSandboxProcess } from "./tool-sandbox.ts";
@@ -46,7 +47,13 @@ export interface RemoteDriverOptions {
   labels?: Readonly<Record<string, string>>;
   /** Defaults for the tool port of every lease. */
   tools?: RemoteToolSandboxOptions;
+  /** Bound on each provider call (default 120 s): past it the call counts as a retryable failure. */
+  callTimeoutMs?: number;
 }
+
+const DEFAULT_CALL_TIMEOUT_MS = 120_000;
+/** How many times a timed-out create is looked for afterwards. */
+const LATE_SWEEPS = 6;
 
 export class RemoteSandboxDriver implements ManagedSandboxPort, SandboxInventoryPort {
   readonly capabilities: SandboxCapabilities;
@@ -60,13 +67,18 @@ export class RemoteSandboxDriver implements ManagedSandboxPort, SandboxInventory
     this.#options = options;
   }
 
+  /** One provider call under the driver's deadline; `late` receives what an abandoned call still produced. */
+  #call<T>(what: string, signal: AbortSignal, work: (signal: AbortSignal) => Promise<T>, late?: (value: T) => void): Promise<T> {
+    return withDeadline(`${this.provider.name} ${what}`, this.#options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS, signal, work, late);
+  }
+
   /** The plan is optional: the runtime is the same whatever harness lane runs in it. */
   async acquire(input: AcquireInput): Promise<SandboxAcquireResult> {
     const name = runtimeNameFor(this.#options.namePrefix ?? "openma", input.scope, input.fence.generation, input.idempotencyKey);
     const labels = ownershipLabels(this.provider.name, input.fence, input.idempotencyKey, this.#options.labels);
     let created: ProviderRuntime | null = null;
     try {
-      let runtime = await this.provider.find({ name, labels, signal: input.signal });
+      let runtime = await this.#call("find", input.signal, (signal) => this.provider.find({ name, labels, signal }));
       if (runtime !== null && !carriesLabels(runtime.labels, labels)) {
         return {
           type: "unavailable",
@@ -75,14 +87,16 @@ export class RemoteSandboxDriver implements ManagedSandboxPort, SandboxInventory
         };
       }
       if (runtime?.state === "failed") {
-        await this.provider.destroy({ id: runtime.id, signal: input.signal });
+        const failed = runtime;
+        await this.#call("destroy", input.signal, (signal) => this.provider.destroy({ id: failed.id, signal }));
         runtime = null;
       }
       if (runtime === null) {
         if (input.signal.aborted) return { type: "unavailable", reason: "acquire aborted", retryable: true };
         runtime = created = await this.#create(name, labels, input.signal);
       } else if (runtime.state === "suspended") {
-        await this.provider.resume({ runtime, signal: input.signal });
+        const suspended = runtime;
+        await this.#call("resume", input.signal, (signal) => this.provider.resume({ runtime: suspended, signal }));
       }
       if (input.signal.aborted) throw new Error("acquire aborted");
       await this.#prepare(runtime, input.signal);
@@ -99,15 +113,46 @@ export class RemoteSandboxDriver implements ManagedSandboxPort, SandboxInventory
     }
   }
 
-  /** A concurrent acquire of the same key may win the name: its runtime is this acquire's answer. */
+  /**
+   * A concurrent acquire of the same key may win the name: its runtime is
+   * this acquire's answer. A create that answers after its deadline made a
+   * runtime nobody will use: it is destroyed at once.
+   */
   async #create(name: string, labels: Record<string, string>, signal: AbortSignal): Promise<ProviderRuntime> {
+    const discard = (late: ProviderRuntime) => {
+      void this.provider.destroy({ id: late.id, signal: AbortSignal.timeout(DEFAULT_CALL_TIMEOUT_MS) }).catch(() => {});
+    };
     try {
-      return await this.provider.create({ name, labels, signal });
+      return await this.#call("create", signal, (bound) => this.provider.create({ name, labels, signal: bound }), discard);
     } catch (err) {
+      // The request may have reached the provider even though no answer came back in time.
+      if (err instanceof ProviderTimeoutError) void this.#sweepLate(name, labels);
       if (!this.provider.describe(err).conflict) throw err;
-      const winner = await this.provider.find({ name, labels, signal });
+      const winner = await this.#call("find", signal, (bound) => this.provider.find({ name, labels, signal: bound }));
       if (winner === null || !carriesLabels(winner.labels, labels)) throw err;
       return winner;
+    }
+  }
+
+  /**
+   * After a create that timed out: looks for the runtime it may still have
+   * made (by this acquire's name and labels, which no later acquire reuses)
+   * a few times, and destroys it. Best effort; the inventory lists whatever
+   * this misses, for the reaper.
+   */
+  async #sweepLate(name: string, labels: Record<string, string>): Promise<void> {
+    const timeout = this.#options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+    for (let attempt = 0; attempt < LATE_SWEEPS; attempt++) {
+      await new Promise((resolve) => setTimeout(resolve, Math.min(timeout, 5_000)));
+      try {
+        const found = await this.#call("find", AbortSignal.timeout(timeout), (signal) => this.provider.find({ name, labels, signal }));
+        if (found !== null && carriesLabels(found.labels, labels)) {
+          await this.#call("destroy", AbortSignal.timeout(timeout), (signal) => this.provider.destroy({ id: found.id, signal }));
+          return;
+        }
+      } catch {
+        // The provider is still unwell: try again.
+      }
     }
   }
 
@@ -141,7 +186,7 @@ export class RemoteSandboxDriver implements ManagedSandboxPort, SandboxInventory
     const runtime = await this.#owned(input.lease, input.signal);
     if (runtime === null) return { type: "lost", reason: `${this.provider.name} runtime ${input.lease.runtimeId} no longer exists` };
     if (runtime.state === "running" || runtime.state === "sleeping" || runtime.state === "starting") {
-      await this.provider.renew({ runtime, signal: input.signal });
+      await this.#call("renew", input.signal, (signal) => this.provider.renew({ runtime, signal }));
       return { type: "alive" };
     }
     return { type: "lost", reason: `${this.provider.name} runtime ${input.lease.runtimeId} is ${runtime.state}` };
@@ -153,7 +198,7 @@ export class RemoteSandboxDriver implements ManagedSandboxPort, SandboxInventory
     try {
       const runtime = await this.#owned(input.lease, input.signal);
       if (runtime === null) return { type: "failed", error: `${this.provider.name} runtime ${input.lease.runtimeId} no longer exists` };
-      await this.provider.suspend({ runtime, signal: input.signal });
+      await this.#call("suspend", input.signal, (signal) => this.provider.suspend({ runtime, signal }));
       return { type: "suspended", lease: input.lease };
     } catch (err) {
       return { type: "failed", error: `${this.provider.name}: ${this.provider.describe(err).message}` };
@@ -206,7 +251,7 @@ export class RemoteSandboxDriver implements ManagedSandboxPort, SandboxInventory
     const wanted = { ...this.#options.labels, [OWNERSHIP_KEYS.managed]: "true", [OWNERSHIP_KEYS.driver]: this.provider.name };
     try {
       const runtimes: OwnedRuntime[] = [];
-      for (const runtime of await this.provider.list({ labels: wanted, signal: input.signal })) {
+      for (const runtime of await this.#call("list", input.signal, (signal) => this.provider.list({ labels: wanted, signal }))) {
         const owner = carriesLabels(runtime.labels, wanted) ? ownershipOf(runtime.labels, this.provider.name) : null;
         if (owner === null) continue;
         const state: OwnedRuntime["state"] =
@@ -224,7 +269,7 @@ export class RemoteSandboxDriver implements ManagedSandboxPort, SandboxInventory
   async #owned(lease: ManagedSandboxLease, signal: AbortSignal): Promise<ProviderRuntime | null> {
     let runtime: ProviderRuntime | null;
     try {
-      runtime = await this.provider.get({ id: lease.runtimeId, signal });
+      runtime = await this.#call("get", signal, (bound) => this.provider.get({ id: lease.runtimeId, signal: bound }));
     } catch (err) {
       if (this.provider.describe(err).notFound) return null;
       throw err;

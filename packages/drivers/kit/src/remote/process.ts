@@ -17,11 +17,13 @@ import type { ExecResult, OutputStream } from "@openma/contract";
 import { EXEC_WRAPPER, FRAMED_STDIN, KILL_TREE, WRAPPER_FAILURE, WRITE_SECRET_FILE } from "../sh-programs.ts";
 import { TailBuffer } from "../tail-buffer.ts";
 import type { RemoteCommand, RemoteEnd, RemoteSandboxApi } from "./api.ts";
+import { withDeadline } from "./deadline.ts";
 
 export const DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024;
 /** setTimeout's ceiling; a longer timeout would fire immediately. */
 const MAX_TIMER_MS = 2_147_483_647;
 const KILL_ATTEMPTS = 12;
+const HELPER_TIMEOUT_MS = 60_000;
 /** Framed stdin chunks: one provider request each, well under any request limit once in base64. */
 const FRAME_BYTES = 48 * 1024;
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
@@ -121,16 +123,29 @@ class Stdin {
   }
 }
 
-/** Starts a provider command, with the relay in front when stdin must be framed. */
+/**
+ * Starts a provider command, with the relay in front when stdin must be
+ * framed, within `timeoutMs`; a command the provider starts after that is
+ * killed at once.
+ */
 async function launch(
   api: RemoteSandboxApi,
   argv: readonly string[],
   fifo: string,
   onOutput: (stream: OutputStream, chunk: Uint8Array) => void,
   signal: AbortSignal,
+  timeoutMs: number,
 ): Promise<{ command: RemoteCommand; stdin: Stdin }> {
   const wrapped = api.stdinEof ? argv : ["/bin/sh", "-c", FRAMED_STDIN, "openma-stdin", fifo, ...argv];
-  const command = await api.start({ argv: wrapped, onOutput, signal });
+  const command = await withDeadline(
+    "starting the command",
+    timeoutMs,
+    signal,
+    (bound) => api.start({ argv: wrapped, onOutput, signal: bound }),
+    (late) => {
+      void late.kill().catch(() => {});
+    },
+  );
   return { command, stdin: new Stdin(command, !api.stdinEof) };
 }
 
@@ -140,6 +155,7 @@ export async function runHelper(
   runDir: string,
   argv: readonly string[],
   stdin?: Uint8Array,
+  timeoutMs = HELPER_TIMEOUT_MS,
 ): Promise<RemoteEnd & { stderr: string }> {
   const stderr = new TailBuffer(16 * 1024);
   const { command, stdin: input } = await launch(
@@ -149,16 +165,28 @@ export async function runHelper(
     (stream, chunk) => {
       if (stream === "stderr") stderr.push(Buffer.from(chunk));
     },
-    AbortSignal.timeout(60_000),
+    new AbortController().signal,
+    timeoutMs,
   );
   if (stdin !== undefined && stdin.length > 0) await input.write(stdin).catch(() => {});
   await input.close().catch(() => {});
-  const end = await command.done;
+  const end = await Promise.race([
+    command.done,
+    new Promise<RemoteEnd>((resolve) =>
+      setTimeout(() => resolve({ type: "lost", message: `no end within ${timeoutMs} ms` }), timeoutMs).unref(),
+    ),
+  ]);
+  if (end.type === "lost") void command.kill().catch(() => {});
   return { ...end, stderr: stderr.text() };
 }
 
 /** Starts `input.command` under the wrapper. A refusal or a start failure is a settled `error` result, never a throw. */
-export async function spawnRemote(api: RemoteSandboxApi, runDir: string, input: RemoteProcessInput): Promise<RemoteProcess> {
+export async function spawnRemote(
+  api: RemoteSandboxApi,
+  runDir: string,
+  input: RemoteProcessInput,
+  startTimeoutMs = HELPER_TIMEOUT_MS,
+): Promise<RemoteProcess> {
   const issue = inputIssue(input);
   if (issue !== null) return settled({ type: "error", message: issue });
   if (input.signal.aborted) return settled({ type: "aborted", stdout: new Uint8Array(), stderr: new Uint8Array(), truncated: false });
@@ -179,10 +207,11 @@ export async function spawnRemote(api: RemoteSandboxApi, runDir: string, input: 
       }
     }
     const argv = ["/bin/sh", "-c", EXEC_WRAPPER, "openma-exec", paths.pidFile, hasEnv ? paths.envFile : "", input.cwd, ...input.command];
-    const process = new Running(api, runDir, paths, hasEnv, input);
+    const process = new Running(api, runDir, paths, hasEnv, input, startTimeoutMs);
     await process.start(argv);
     return process;
   } catch (err) {
+    if (input.signal.aborted) return settled({ type: "aborted", stdout: new Uint8Array(), stderr: new Uint8Array(), truncated: false });
     return settled({ type: "error", message: `exec: ${describe(err)}` });
   }
 }
@@ -212,6 +241,7 @@ class Running implements RemoteProcess {
     private readonly paths: RunPaths,
     private readonly hasEnv: boolean,
     private readonly input: RemoteProcessInput,
+    private readonly startTimeoutMs: number,
   ) {
     const limit = input.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
     this.#stdout = new TailBuffer(limit);
@@ -231,6 +261,7 @@ class Running implements RemoteProcess {
         this.input.onOutput?.(stream, chunk);
       },
       this.input.signal,
+      this.startTimeoutMs,
     );
     this.#command = command;
     this.#stdin = stdin;
@@ -273,7 +304,13 @@ class Running implements RemoteProcess {
     const envFile = this.hasEnv ? this.paths.envFile : "";
     for (let attempt = 0; attempt < KILL_ATTEMPTS && !this.#finished; attempt++) {
       try {
-        const killed = await runHelper(this.api, this.runDir, ["/bin/sh", "-c", KILL_TREE, "openma-kill", this.paths.pidFile, envFile]);
+        const killed = await runHelper(
+          this.api,
+          this.runDir,
+          ["/bin/sh", "-c", KILL_TREE, "openma-kill", this.paths.pidFile, envFile],
+          undefined,
+          this.startTimeoutMs,
+        );
         if (killed.type === "exited" && killed.exitCode === 0) return;
       } catch {
         // The sandbox may be gone: then the command's stream ends on its own.

@@ -24,6 +24,7 @@ import type {
 import { FILE_EXIT, PLACE_FILE } from "../sh-programs.ts";
 import { failureOf, ShellFiles } from "../shell-files.ts";
 import type { RemoteSandboxApi } from "./api.ts";
+import { withDeadline } from "./deadline.ts";
 import { type RemoteProcess, type RemoteProcessInput, spawnRemote } from "./process.ts";
 
 /** File programs are tiny; this only bounds a wedged provider. */
@@ -37,6 +38,8 @@ export interface RemoteToolSandboxOptions {
   runDir?: string;
   /** Variables every process gets, delivered like secrets (never argv, never the provider's request). */
   env?: Readonly<Record<string, string>>;
+  /** Bound on starting a command and on each file transfer (default 120 s). */
+  callTimeoutMs?: number;
 }
 
 const describe = (err: unknown) => (err instanceof Error ? err.message : String(err));
@@ -46,6 +49,7 @@ export class RemoteToolSandbox implements ToolSandboxPort {
   readonly #runDir: string;
   readonly #env: Readonly<Record<string, string>>;
   readonly #files: ShellFiles;
+  readonly #callTimeoutMs: number;
 
   constructor(
     private readonly api: RemoteSandboxApi,
@@ -54,6 +58,7 @@ export class RemoteToolSandbox implements ToolSandboxPort {
     this.workdir = options.workdir ?? "/workspace";
     this.#runDir = options.runDir ?? DEFAULT_RUN_DIR;
     this.#env = options.env ?? {};
+    this.#callTimeoutMs = options.callTimeoutMs ?? 120_000;
     this.#files = new ShellFiles((script, args, signal, stdin, maxOutputBytes = 64 * 1024) =>
       this.exec({
         command: ["/bin/sh", "-c", script, "openma-file", ...args],
@@ -68,7 +73,12 @@ export class RemoteToolSandbox implements ToolSandboxPort {
 
   /** A duplex process: stream stdin with `write`, read output through `onOutput`, await `done`. */
   spawn(input: Omit<RemoteProcessInput, "cwd"> & { cwd?: string }): Promise<RemoteProcess> {
-    return spawnRemote(this.api, this.#runDir, { ...input, cwd: input.cwd ?? this.workdir, env: { ...this.#env, ...input.env } });
+    return spawnRemote(
+      this.api,
+      this.#runDir,
+      { ...input, cwd: input.cwd ?? this.workdir, env: { ...this.#env, ...input.env } },
+      this.#callTimeoutMs,
+    );
   }
 
   async exec(input: ExecInput): Promise<ExecResult> {
@@ -100,7 +110,7 @@ export class RemoteToolSandbox implements ToolSandboxPort {
     } else if (seen.kind !== "file") return { type: "not_a_file", kind: seen.kind };
     else if (seen.size > input.maxBytes) return { type: "too_large", size: seen.size };
     try {
-      const content = await this.api.readFile(path, input.signal);
+      const content = await withDeadline("read", this.#callTimeoutMs, input.signal, (signal) => this.api.readFile(path, signal));
       if (content === null) return { type: "not_found" };
       // It grew between the size check and the read.
       if (content.length > input.maxBytes) return { type: "too_large", size: content.length };
@@ -116,7 +126,7 @@ export class RemoteToolSandbox implements ToolSandboxPort {
     const dir = posix.dirname(path);
     const temp = `${dir === "/" ? "" : dir}/.${posix.basename(path)}.openma-${randomBytes(6).toString("hex")}.tmp`;
     try {
-      await this.api.writeFile(temp, input.content, input.signal);
+      await withDeadline("write", this.#callTimeoutMs, input.signal, (signal) => this.api.writeFile(temp, input.content, signal));
     } catch (err) {
       return { type: "error", message: `write ${path}: ${describe(err)}` };
     }
