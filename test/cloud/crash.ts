@@ -67,7 +67,9 @@ const SCRIPT: TurnInput[] = [
 /** Whether some sandbox of the stand-in has `path` (asked of its container, never through the driver). */
 async function anySandboxHas(standIn: CloudStandIn, path: string): Promise<boolean> {
   for (const box of standIn.boxes.all()) {
-    const seen = await box.tools.exec({ command: ["test", "-e", path], timeoutMs: 30_000, signal: AbortSignal.timeout(30_000) }).catch(() => null);
+    const seen = await box.tools
+      .exec({ command: ["test", "-e", path], timeoutMs: 30_000, signal: AbortSignal.timeout(30_000) })
+      .catch(() => null);
     if (seen?.type === "exited" && seen.exitCode === 0) return true;
   }
   return false;
@@ -108,7 +110,9 @@ export function describeCloudCrash(vendor: Vendor): void {
       try {
         await crashAndRecover();
       } catch (err) {
-        throw new Error(`${err instanceof Error ? err.stack : String(err)}\n--- openma serve output (tail) ---\n${srv.logs().slice(-30_000)}`);
+        throw new Error(
+          `${err instanceof Error ? err.stack : String(err)}\n--- openma serve output (tail) ---\n${srv.logs().slice(-30_000)}`,
+        );
       }
     }, 300_000);
 
@@ -131,8 +135,14 @@ export function describeCloudCrash(vendor: Vendor): void {
         return a?.outputs ? a : null;
       }, "the first turn's publication");
 
-      await client.beta.sessions.events.send(session.id, { events: [{ type: "user.message", content: [{ type: "text", text: "SECOND" }] }] });
-      await eventually(() => anySandboxHas(standIn, "/workspace/partial.txt"), "the second tool call to be running in the remote sandbox", 120_000);
+      await client.beta.sessions.events.send(session.id, {
+        events: [{ type: "user.message", content: [{ type: "text", text: "SECOND" }] }],
+      });
+      await eventually(
+        () => anySandboxHas(standIn, "/workspace/partial.txt"),
+        "the second tool call to be running in the remote sandbox",
+        120_000,
+      );
       const sandboxed = await sandboxedProcesses();
       expect(sandboxed.length).toBeGreaterThan(0);
       expect(sandboxed.filter((p) => p.argv.includes(env.key) || p.environ.includes(env.key)).map((p) => p.argv)).toEqual([]);
@@ -173,11 +183,13 @@ export function describeCloudCrash(vendor: Vendor): void {
       expect(report).toMatchObject({ size: REPORT.length, sha256: createHash("sha256").update(REPORT).digest("hex") });
 
       await eventually(async () => standIn.live() === 0, "no sandbox of the session left at the provider", 60_000);
-      await eventually(async () => (await standIn.boxes.containers()).length === 0, "no container of the stand-in left on the engine", 30_000).catch(
-        async (err: unknown) => {
-          throw new Error(`${String(err)}: ${JSON.stringify(await standIn.boxes.containers())}`);
-        },
-      );
+      await eventually(
+        async () => (await standIn.boxes.containers()).length === 0,
+        "no container of the stand-in left on the engine",
+        30_000,
+      ).catch(async (err: unknown) => {
+        throw new Error(`${String(err)}: ${JSON.stringify(await standIn.boxes.containers())}`);
+      });
     }
   });
 }

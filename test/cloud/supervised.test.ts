@@ -8,8 +8,7 @@
  * is left at the provider.
  */
 import { createHash, randomBytes } from "node:crypto";
-import { readFile, rm } from "node:fs/promises";
-import { mkdtemp } from "node:fs/promises";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { ManagedRuntimeProfile } from "@openma/contract";
@@ -94,7 +93,11 @@ describe.each(VENDORS)("openma_supervised on the %s driver", (vendor) => {
     };
     const scope = { environmentId: "env_supervised_cloud", sessionId: `sesn_${randomBytes(6).toString("hex")}` };
 
-    const turn = ['set -e', 'echo "work of $OPENMA_TURN_ID" > "/workspace/$OPENMA_TURN_ID.txt"', 'printf "# %s\\n" "$OPENMA_TURN_ID" > "/mnt/session/outputs/$OPENMA_TURN_ID.md"'].join("\n");
+    const turn = [
+      "set -e",
+      'echo "work of $OPENMA_TURN_ID" > "/workspace/$OPENMA_TURN_ID.txt"',
+      'printf "# %s\\n" "$OPENMA_TURN_ID" > "/mnt/session/outputs/$OPENMA_TURN_ID.md"',
+    ].join("\n");
     const first = completed(await host.run({ scope, profile: profile(2, turn) }));
     const history = await fences.history({ scope, limit: 10, signal: never() });
     expect(history.map((h) => h.idempotencyKey)).toEqual(["1:final:publish", "1:turn:turn-2:publish", "1:turn:turn-1:publish"]);
@@ -104,7 +107,7 @@ describe.each(VENDORS)("openma_supervised on the %s driver", (vendor) => {
     ]);
     expect(first.cleanup).toEqual({ compute: "terminated", orphanIds: [] });
 
-    const verify = '{ cat /workspace/turn-1.txt /workspace/turn-2.txt; } > /mnt/session/outputs/restored.txt';
+    const verify = "{ cat /workspace/turn-1.txt /workspace/turn-2.txt; } > /mnt/session/outputs/restored.txt";
     const second = completed(await host.run({ scope, profile: profile(1, verify) }));
     expect(second).toMatchObject({ generation: 2, publication: { generation: 2 } });
     const restored = (await entries(second.publication!.outputs!.id)).find((e) => e.path === "restored.txt");

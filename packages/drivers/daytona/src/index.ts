@@ -22,8 +22,8 @@ export const DAYTONA_SANDBOX_CAPABILITIES: SandboxCapabilities = {
       "duplex_session_process",
       "workspace_file_io",
     ],
-    // Session commands cannot close stdin: the driver frames stdin in-band instead.
-    lacks: ["process_memory_checkpoint", "durable_output_mount", "streaming_process_stdin_eof", "portable_filesystem_snapshot_used"],
+    // Session commands cannot close stdin (the driver frames stdin in-band instead); Daytona's snapshots are not used.
+    lacks: ["process_memory_checkpoint", "durable_output_mount", "streaming_process_stdin_eof", "portable_filesystem_snapshot"],
   },
   credentialEgress: { enforcement: "unsupported" },
 };

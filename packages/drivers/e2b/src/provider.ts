@@ -49,6 +49,12 @@ export interface E2BConfig {
 }
 
 const NAME_KEY = "openma.name";
+/**
+ * Commands and file transfers run as the sandbox's root: OpenMA owns the
+ * whole sandbox (it is the isolation boundary) and needs `/workspace` and
+ * `/mnt/session/outputs` at the root of its filesystem.
+ */
+const USER = "root";
 const DEFAULT_TIMEOUT_MS = 3_600_000;
 
 interface Listed {
@@ -187,7 +193,7 @@ function e2bApi(sandbox: Sandbox): RemoteSandboxApi {
     start: ({ argv, onOutput, signal }) => startCommand(sandbox, argv, onOutput, signal),
     async readFile(path, signal) {
       try {
-        return await sandbox.files.read(path, { format: "bytes", signal });
+        return await sandbox.files.read(path, { format: "bytes", user: USER, signal });
       } catch (err) {
         if (err instanceof NotFoundError) return null;
         throw err;
@@ -195,7 +201,10 @@ function e2bApi(sandbox: Sandbox): RemoteSandboxApi {
     },
     async writeFile(path, content, signal) {
       const bytes = Buffer.from(content);
-      await sandbox.files.write(path, bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer, { signal });
+      await sandbox.files.write(path, bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer, {
+        user: USER,
+        signal,
+      });
     },
   };
 }
@@ -210,6 +219,7 @@ async function startCommand(
   const handle: CommandHandle = await sandbox.commands.run(shellQuote(argv), {
     background: true,
     stdin: true,
+    user: USER,
     // No deadline on the stream itself: a harness process runs for as long as it runs.
     timeoutMs: 0,
     signal,

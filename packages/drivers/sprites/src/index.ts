@@ -23,7 +23,8 @@ export const SPRITES_SANDBOX_CAPABILITIES: SandboxCapabilities = {
       "duplex_process",
       "workspace_file_io",
     ],
-    lacks: ["process_memory_checkpoint", "native_network_policy_configured"],
+    // The platform's network policy exists but this adapter does not configure it.
+    lacks: ["process_memory_checkpoint", "native_network_policy"],
   },
   credentialEgress: { enforcement: "unsupported" },
 };
