@@ -33,8 +33,8 @@ import { SpritesClient } from "@fly/sprites";
 import { startScriptedModel } from "@openma/scripted-model";
 import type { CloudStandIn } from "@openma/standin-kit";
 import { Sandbox } from "e2b";
-import { startVendorStandIn, type Vendor, VENDORS } from "../test/support/cloud.ts";
 import { startServeProcess } from "../test/support/child-server.ts";
+import { startVendorStandIn, VENDORS, type Vendor } from "../test/support/cloud.ts";
 import { createBenchAgent, MODEL_KEY, measuredRuns, SCRIPT, sessionOnce, summary } from "./session-first-exec.ts";
 
 /** One create + exec through the vendor's SDK; resolves with the timed ms and a cleanup (not timed). */
@@ -119,7 +119,9 @@ async function main(): Promise<void> {
     const s = summary(r.sdk);
     console.log(`| ${r.vendor} | ${f(h.p50)} | ${f(h.p95)} | ${f(s.p50)} | ${f(s.p95)} | ${(h.p50 / s.p50).toFixed(2)}x |`);
   }
-  console.log("\nRatios use p50s. Host sessions are new each time (each creates its remote sandbox) and are archived once idle, outside the timed span.");
+  console.log(
+    "\nRatios use p50s. Host sessions are new each time (each creates its remote sandbox) and are archived once idle, outside the timed span.",
+  );
 }
 
 main().catch((err: Error) => {
