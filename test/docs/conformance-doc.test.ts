@@ -6,9 +6,16 @@
 import { existsSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { composeCapabilities } from "@openma/contract";
 import { conformanceOf, DRIVER_CONFORMANCE, type DriverConformance } from "@openma/contract/conformance";
 import { BubblewrapSandbox } from "@openma/driver-bubblewrap";
+import { DAYTONA_SANDBOX_CAPABILITIES } from "@openma/driver-daytona";
+import { E2B_SANDBOX_CAPABILITIES } from "@openma/driver-e2b";
 import { NODE_DOCKER_SANDBOX_CAPABILITIES } from "@openma/driver-node-docker";
+import { SPRITES_SANDBOX_CAPABILITIES } from "@openma/driver-sprites";
+import { RemoteCheckpointWorkspace, RemoteSessionOutputs } from "@openma/remote-bindings";
+import { FsBlobStore } from "@openma/storage/blobs";
+import { realScheduler } from "@openma/time";
 import { describe, expect, it } from "vitest";
 import { DOC_PATH, renderSandboxesDoc } from "../../scripts/gen-conformance-doc.ts";
 
@@ -27,9 +34,9 @@ describe("docs/sandboxes.md", () => {
 
   it("refuses to render an inconsistent table", () => {
     const lying = DRIVER_CONFORMANCE.map((entry) =>
-      entry.driver === "e2b" ? { ...entry, capabilities: { ...entry.capabilities, lanes: ["ama_worker" as const] } } : entry,
+      entry.driver === "modal" ? { ...entry, capabilities: { ...entry.capabilities, lanes: ["ama_worker" as const] } } : entry,
     );
-    expect(() => renderSandboxesDoc(lying)).toThrow(/e2b: not implemented but its capabilities claim something/);
+    expect(() => renderSandboxesDoc(lying)).toThrow(/modal: not implemented but its capabilities claim something/);
   });
 });
 
@@ -52,6 +59,25 @@ describe("the table against the drivers it describes", () => {
     expect(caps.credentialEgress).toEqual(driver.capabilities.credentialEgress);
     expect(driver.capabilities.facts.has).toEqual(expect.arrayContaining([...caps.sandboxPortFacts.has]));
     expect(driver.capabilities.facts.lacks).toEqual(expect.arrayContaining([...caps.sandboxPortFacts.lacks]));
+  });
+
+  it.each([
+    ["e2b", E2B_SANDBOX_CAPABILITIES],
+    ["daytona", DAYTONA_SANDBOX_CAPABILITIES],
+    ["sprites", SPRITES_SANDBOX_CAPABILITIES],
+  ] as const)("%s: the table says what the driver and the remote workspace and output ports declare", (driver, declared) => {
+    const caps = entry(driver).capabilities;
+    const never = () => {
+      throw new Error("not used");
+    };
+    const store = new FsBlobStore("/nonexistent-never-created");
+    const composed = composeCapabilities({
+      sandbox: { capabilities: declared },
+      workspace: new RemoteCheckpointWorkspace({ root: "/nonexistent", store, tools: never }),
+      outputs: new RemoteSessionOutputs({ root: "/nonexistent", store, scheduler: realScheduler, tools: never }),
+      lanes: ["ama_worker", "openma_supervised"],
+    });
+    expect(caps).toEqual(composed);
   });
 
   it("every implemented entry names a package that exists", () => {

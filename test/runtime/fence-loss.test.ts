@@ -1,7 +1,11 @@
 /**
  * Fence loss and failed kills on the real local drivers (bubblewrap and
- * node-docker), the real SQL fence and orphan store on both backends, and
- * the filesystem workspace and output adapters.
+ * node-docker, with the SQL fence and orphan store on both backends) and on
+ * the cloud drivers (E2B, Daytona, Sprites against their stand-ins, on
+ * SQLite), with the filesystem workspace and output adapters (the remote
+ * ones for a cloud runtime). For a cloud driver "the engine" is the
+ * stand-in: whether the remote sandbox still exists is asked there, never
+ * through the driver.
  *
  * 1. Host A holds generation 1, publishes a turn, and sends a second turn's
  *    publication that is delayed on the wire. A is cut off from the database
@@ -32,6 +36,7 @@ import { ManualScheduler } from "@openma/time";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import {
   AMA_WORKER_PROFILE,
+  CLOUD_DRIVERS,
   DRIVERS,
   HostFence,
   type LocalEngine,
@@ -52,8 +57,14 @@ import {
 
 const profile = AMA_WORKER_PROFILE;
 
-describe.each(DRIVERS)("the runtime host on the real %s driver", (driver) => {
-  describe.each(BACKENDS)("with the %s fence", (dialect) => {
+/** Local drivers on both SQL backends; cloud drivers on SQLite (the fence is not what they put to the test). */
+const MATRIX: [string, (typeof BACKENDS)[number]][] = [
+  ...DRIVERS.flatMap((driver) => BACKENDS.map((dialect): [string, (typeof BACKENDS)[number]] => [driver, dialect])),
+  ...CLOUD_DRIVERS.map((driver): [string, (typeof BACKENDS)[number]] => [driver, "sqlite"]),
+];
+
+describe.each(MATRIX)("the runtime host on the real %s driver", (driver, dialect) => {
+  describe(`with the ${dialect} fence`, () => {
     let dir: string | undefined;
     let engine: LocalEngine | undefined;
     let storage: TestStorage | undefined;
@@ -64,7 +75,7 @@ describe.each(DRIVERS)("the runtime host on the real %s driver", (driver) => {
     beforeEach(async () => {
       dir = engine = storage = undefined;
       dir = await scratchDir();
-      engine = await openEngine(driver, dir);
+      engine = await openEngine(driver as Parameters<typeof openEngine>[0], dir);
       storage = await openTestStorage(dialect);
       scheduler = new ManualScheduler(Date.parse("2026-03-01T00:00:00.000Z"));
       parts = runtimeParts(storage, scheduler, new FsBlobStore(join(dir, "blobs")));
@@ -90,7 +101,14 @@ describe.each(DRIVERS)("the runtime host on the real %s driver", (driver) => {
         await p.aborted();
         return { type: "completed" };
       });
-      const hostA = runtimeHost(parts, { name: "a", dir: dir!, sandbox: sandboxA, harness: harnessA, fence: fenceA });
+      const hostA = runtimeHost(parts, {
+        name: "a",
+        dir: dir!,
+        sandbox: sandboxA,
+        harness: harnessA,
+        fence: fenceA,
+        ports: engine!.ports?.(join(dir!, "a"), parts.store, scheduler, sandboxA),
+      });
       const transit = fenceA.delayPublish((key) => key === "1:turn:turn_2:publish");
       let answered = false;
       void transit.answer.then(() => {
@@ -161,7 +179,14 @@ describe.each(DRIVERS)("the runtime host on the real %s driver", (driver) => {
         return { type: "completed" };
       });
       const fenceB = new HostFence(parts.sqlFence);
-      const hostB = runtimeHost(parts, { name: "b", dir: dir!, sandbox: sandboxB, harness: harnessB, fence: fenceB });
+      const hostB = runtimeHost(parts, {
+        name: "b",
+        dir: dir!,
+        sandbox: sandboxB,
+        harness: harnessB,
+        fence: fenceB,
+        ports: engine!.ports?.(join(dir!, "b"), parts.store, scheduler, sandboxB),
+      });
       const resultB = await hostB.run({ scope, profile });
       expect(resultB).toMatchObject({
         type: "completed",
@@ -197,7 +222,14 @@ describe.each(DRIVERS)("the runtime host on the real %s driver", (driver) => {
         await p.write("done\n", "report\n");
         return { type: "completed" };
       });
-      const host = runtimeHost(parts, { name: "a", dir: dir!, sandbox: new RefusingTerminate(real), harness, fence });
+      const host = runtimeHost(parts, {
+        name: "a",
+        dir: dir!,
+        sandbox: new RefusingTerminate(real),
+        harness,
+        fence,
+        ports: engine!.ports?.(join(dir!, "a"), parts.store, scheduler, real),
+      });
       const result = await host.run({ scope, profile });
       expect(result).toMatchObject({ type: "completed", generation: 1, publication: { revision: 1 }, cleanup: { compute: "orphaned" } });
       expect(steps(result)).toEqual(expect.arrayContaining(["terminate_compute:failed", "enqueue_orphan:ok", "release_fence:ok"]));

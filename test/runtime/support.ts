@@ -1,9 +1,11 @@
 /**
  * The Managed Runtime Host on real parts: a real local sandbox driver
- * (bubblewrap or node-docker), the real SQL fence and orphan store, the
- * filesystem workspace and output adapters over a blob store in a temp
- * directory, and a ManualScheduler that is both the hosts' scheduler and the
- * fence's clock, so lease time moves only when a test says so.
+ * (bubblewrap or node-docker) or a cloud driver against its vendor's
+ * stand-in, the real SQL fence and orphan store, the filesystem workspace
+ * and output adapters (for a cloud runtime, the remote ones that push and
+ * pull through its tool port) over a blob store in a temp directory, and a
+ * ManualScheduler that is both the hosts' scheduler and the fence's clock,
+ * so lease time moves only when a test says so.
  *
  * What is simulated is only what cannot be caused for real on one machine:
  * a host cut off from the database (its renewals throw), a publication
@@ -33,7 +35,9 @@ import type {
   SandboxInspectResult,
   SandboxSuspendResult,
   SandboxTerminateResult,
+  SessionOutputPort,
   ToolSandboxPort,
+  WorkspacePersistencePort,
 } from "@openma/contract";
 import { BubblewrapSandbox } from "@openma/driver-bubblewrap";
 import { assertBwrapInstalled } from "@openma/driver-bubblewrap/test-support";
@@ -49,11 +53,14 @@ import {
   ManagedRuntimeHost,
 } from "@openma/host";
 import { AMA_WORKER_PROFILE, TEST_TIMINGS } from "@openma/host/testing/rig";
+import { RemoteCheckpointWorkspace, RemoteSessionOutputs } from "@openma/remote-bindings";
+import type { CloudStandIn } from "@openma/standin-kit";
 import type { BlobStore } from "@openma/storage/blobs";
 import { SqlRuntimeResourceFence } from "@openma/storage/fence";
 import { SqlRuntimeOrphanStore } from "@openma/storage/orphans";
 import type { TestStorage } from "@openma/storage/testing";
 import type { ManualScheduler } from "@openma/time";
+import { startVendorStandIn, VENDORS, type Vendor, vendorDriver } from "../support/cloud.ts";
 
 export { AMA_WORKER_PROFILE, TEST_TIMINGS };
 
@@ -62,9 +69,11 @@ export const never = new AbortController().signal;
 /** A real driver as the host uses it, plus the tool surface a harness outside the sandbox drives. */
 export type RealSandbox = ManagedSandboxPort & { toolSandbox(lease: ManagedSandboxLease): ToolSandboxPort };
 
-export type DriverName = "bubblewrap" | "node-docker";
+export type DriverName = "bubblewrap" | "node-docker" | Vendor;
 export type EngineState = "running" | "stopped" | "gone";
 export const DRIVERS: readonly DriverName[] = ["bubblewrap", "node-docker"];
+/** The cloud drivers, each against its vendor's stand-in. */
+export const CLOUD_DRIVERS: readonly DriverName[] = VENDORS;
 
 /**
  * One local engine for one test. `open()` gives another driver instance over
@@ -84,10 +93,44 @@ export interface LocalEngine {
   state(scope: RuntimeResourceScope, lease: ManagedSandboxLease): Promise<EngineState>;
   /** Force-removes whatever this test left behind (the safety net; tests assert emptiness themselves). */
   close(): Promise<void>;
+  /** Workspace and output ports of one host (default: the host-directory adapters the local drivers bind). */
+  ports?(root: string, store: BlobStore, scheduler: ManualScheduler, sandbox: RealSandbox): HostPorts;
+}
+
+export interface HostPorts {
+  workspace: WorkspacePersistencePort;
+  outputs: SessionOutputPort;
 }
 
 export async function openEngine(name: DriverName, root: string): Promise<LocalEngine> {
-  return name === "bubblewrap" ? openBubblewrap(root) : openDocker(await requireDocker());
+  if (name === "bubblewrap") return openBubblewrap(root);
+  if (name === "node-docker") return openDocker(await requireDocker());
+  return openCloud(name);
+}
+
+/** A cloud driver against its stand-in; the runtime's state is read at the stand-in, never through the driver. */
+async function openCloud(vendor: Vendor): Promise<LocalEngine> {
+  const standIn: CloudStandIn = await startVendorStandIn(vendor);
+  const opened: RealSandbox[] = [];
+  return {
+    name: vendor,
+    open() {
+      const driver = vendorDriver(vendor, standIn);
+      opened.push(driver);
+      return driver;
+    },
+    async state(_scope, lease) {
+      const held = standIn.state(lease.runtimeId);
+      return held === "running" ? "running" : held === "suspended" ? "stopped" : "gone";
+    },
+    async close() {
+      await standIn.close();
+    },
+    ports: (root, store, scheduler, sandbox) => ({
+      workspace: new RemoteCheckpointWorkspace({ root: join(root, "workspaces"), store, tools: (lease) => sandbox.toolSandbox(lease) }),
+      outputs: new RemoteSessionOutputs({ root: join(root, "outputs"), store, scheduler, tools: (lease) => sandbox.toolSandbox(lease) }),
+    }),
+  };
 }
 
 async function openBubblewrap(root: string): Promise<LocalEngine> {
@@ -437,15 +480,15 @@ export function runtimeParts(storage: TestStorage, scheduler: ManualScheduler, s
  */
 export function runtimeHost(
   parts: RuntimeParts,
-  opts: { name: string; dir: string; sandbox: ManagedSandboxPort; harness: HarnessRunner; fence: HostFence },
+  opts: { name: string; dir: string; sandbox: ManagedSandboxPort; harness: HarnessRunner; fence: HostFence; ports?: HostPorts },
 ): ManagedRuntimeHost {
   const { scheduler, store } = parts;
   return new ManagedRuntimeHost({
     fences: opts.fence,
     orphans: parts.orphans,
     sandbox: opts.sandbox,
-    workspace: new FsCheckpointWorkspace({ root: join(opts.dir, `${opts.name}-workspaces`), store }),
-    outputs: new FsSessionOutputs({ root: join(opts.dir, `${opts.name}-outputs`), store, scheduler }),
+    workspace: opts.ports?.workspace ?? new FsCheckpointWorkspace({ root: join(opts.dir, `${opts.name}-workspaces`), store }),
+    outputs: opts.ports?.outputs ?? new FsSessionOutputs({ root: join(opts.dir, `${opts.name}-outputs`), store, scheduler }),
     harness: opts.harness,
     lanes: ["ama_worker"],
     scheduler,

@@ -1,9 +1,10 @@
-/** The `openma` commands: serve (default), runtime-host, doctor. Loaded by cli.ts once the Node version is checked. */
+/** The `openma` commands: serve (default), runtime-host, doctor, standin. Loaded by cli.ts once the Node version is checked. */
 import { openStorage } from "@openma/storage";
 import { loadConfig } from "./config.ts";
 import { doctorCommand } from "./doctor.ts";
 import { startConfiguredRuntimeHost } from "./runtime-host.ts";
 import { createLogger, openBlobStore, startServer } from "./server.ts";
+import { describeStandIn, STANDIN_USAGE, startStandIn } from "./standin.ts";
 
 async function serveCommand(): Promise<void> {
   const config = loadConfig();
@@ -52,6 +53,18 @@ async function runtimeHostCommand(): Promise<void> {
   });
 }
 
+/** `openma standin <vendor>`: a cloud vendor's stand-in on its own (see standin.ts). */
+async function standInCommand(args: string[]): Promise<void> {
+  const standIn = await startStandIn(args[0] ?? "");
+  if (standIn === null) {
+    process.stderr.write(`${STANDIN_USAGE}\n`);
+    process.exitCode = 2;
+    return;
+  }
+  process.stdout.write(describeStandIn(standIn));
+  stopOnSignals(() => standIn.close());
+}
+
 /** SIGINT/SIGTERM: one graceful close, forced exit if it hangs. */
 function stopOnSignals(close: () => Promise<void>): void {
   let stopping = false;
@@ -76,10 +89,13 @@ const USAGE = `usage: openma <command>
 commands:
   serve         run the API server (PORT, OPENMA_DATA_DIR, DATABASE_URL, OPENMA_API_KEY); with
                 OPENMA_RUNTIME_HOST_ENVIRONMENT_ID + ANTHROPIC_ENVIRONMENT_KEY it also runs the runtime host
-  runtime-host  serve a self-hosted environment's sessions in local sandboxes with the official worker
+  runtime-host  serve a self-hosted environment's sessions in sandboxes (local, or OPENMA_SANDBOX=<cloud driver>)
+                with the official worker
                 (OPENMA_RUNTIME_HOST_ENVIRONMENT_ID, ANTHROPIC_ENVIRONMENT_KEY, OPENMA_API_URL, and the
                 server's OPENMA_DATA_DIR / DATABASE_URL)
-  doctor        report what this machine has (node, SQLite, Postgres, bwrap, Docker, images, cgroups) [--json]
+  doctor        report what this machine has (node, SQLite, Postgres, bwrap, Docker, images, cgroups,
+                configured cloud sandbox drivers) [--json]
+  standin       run a cloud vendor's stand-in (e2b, daytona, sprites) on its own, over local sandboxes
 `;
 
 export async function main(argv: string[]): Promise<void> {
@@ -91,6 +107,8 @@ export async function main(argv: string[]): Promise<void> {
       return runtimeHostCommand();
     case "doctor":
       return doctorCommand(rest);
+    case "standin":
+      return standInCommand(rest);
     case "help":
     case "--help":
     case "-h":

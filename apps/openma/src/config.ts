@@ -4,7 +4,12 @@ import { SELF_HOSTED_BRAIN_VALUES, type SelfHostedBrain } from "@openma/executio
 import type { BlobEnv } from "@openma/storage/s3-blobs";
 import { decodeSecretKey } from "@openma/storage/secret-box";
 import { z } from "zod";
+import { REMOTE_SANDBOX_DRIVERS, type RemoteSandboxName } from "./remote-sandboxes.ts";
 import { SANDBOX_CHOICES, type SandboxChoice } from "./sandbox.ts";
+
+/** `OPENMA_SANDBOX`: a local choice (sandbox.ts) or a cloud driver (remote-sandboxes.ts). */
+const SERVE_SANDBOXES = [...SANDBOX_CHOICES, ...REMOTE_SANDBOX_DRIVERS] as const;
+const RUNTIME_HOST_SANDBOXES = ["auto", "bubblewrap", "docker", ...REMOTE_SANDBOX_DRIVERS] as const;
 
 const schema = z.object({
   PORT: z.coerce.number().int().min(0).max(65535).default(8787),
@@ -36,8 +41,10 @@ const schema = z.object({
   OPENMA_EXECUTION_CONCURRENCY: z.coerce.number().int().min(1).max(1000).default(16),
   OPENMA_EXECUTION_LEASE_TTL_MS: z.coerce.number().int().min(3000).max(600_000).default(30_000),
   OPENMA_EXECUTION_POLL_MS: z.coerce.number().int().min(100).max(600_000).default(5_000),
-  // Where the default harness's sandbox tools run (see sandbox.ts): bubblewrap, else Docker, else fail closed.
-  OPENMA_SANDBOX: z.enum(SANDBOX_CHOICES).default("auto"),
+  // Where the default harness's sandbox tools run (see sandbox.ts): bubblewrap, else Docker, else fail closed;
+  // or a cloud driver (remote-sandboxes.ts). SANDBOX_PROVIDER is the seed's name for it.
+  OPENMA_SANDBOX: z.enum(SERVE_SANDBOXES).optional(),
+  SANDBOX_PROVIDER: z.enum(SERVE_SANDBOXES).optional(),
   // With no usable sandbox driver, install bubblewrap on start (root + apt-get only); see provision.ts.
   OPENMA_AUTO_PROVISION: z.enum(["on", "off", "1", "0", "true", "false"]).default("on"),
   // The runtime host (ama_worker lane): serve this self-hosted environment from this machine.
@@ -46,7 +53,7 @@ const schema = z.object({
     .regex(/^[A-Za-z0-9_-]{1,128}$/, "must be an environment id")
     .optional(),
   ANTHROPIC_ENVIRONMENT_KEY: z.string().min(8).optional(),
-  OPENMA_RUNTIME_HOST_SANDBOX: z.enum(["auto", "bubblewrap", "docker"]).default("auto"),
+  OPENMA_RUNTIME_HOST_SANDBOX: z.enum(RUNTIME_HOST_SANDBOXES).optional(),
   OPENMA_RUNTIME_HOST_CONCURRENCY: z.coerce.number().int().min(1).max(256).default(4),
   OPENMA_RUNTIME_FENCE_TTL_MS: z.coerce.number().int().min(1500).max(3_600_000).default(90_000),
   OPENMA_WORKER_MAX_IDLE_MS: z.coerce.number().int().min(0).max(86_400_000).optional(),
@@ -89,7 +96,7 @@ export interface ServerConfig {
     concurrency: number;
     leaseTtlMs: number;
     pollIntervalMs: number;
-    sandbox: SandboxChoice;
+    sandbox: SandboxChoice | RemoteSandboxName;
     /** Install bubblewrap on start when no sandbox driver is usable. */
     autoProvision: boolean;
   };
@@ -105,12 +112,14 @@ export interface RuntimeHostConfig {
   environmentId: string;
   /** The environment key: polls and claims Work; never enters a sandbox. */
   environmentKey: string;
-  sandbox: "auto" | "bubblewrap" | "docker";
+  sandbox: (typeof RUNTIME_HOST_SANDBOXES)[number];
   concurrency: number;
   fenceTtlMs: number;
   workerMaxIdleMs: number | undefined;
   /** Standalone only; default http://127.0.0.1:<PORT>. */
   apiUrl: string;
+  /** Where a cloud runtime's worker reaches the control plane (OPENMA_PUBLIC_URL; default: `apiUrl`). */
+  publicUrl: string | undefined;
 }
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
@@ -138,7 +147,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
       concurrency: e.OPENMA_EXECUTION_CONCURRENCY,
       leaseTtlMs: e.OPENMA_EXECUTION_LEASE_TTL_MS,
       pollIntervalMs: e.OPENMA_EXECUTION_POLL_MS,
-      sandbox: e.OPENMA_SANDBOX,
+      sandbox: e.OPENMA_SANDBOX ?? e.SANDBOX_PROVIDER ?? "auto",
       autoProvision: ["on", "1", "true"].includes(e.OPENMA_AUTO_PROVISION),
     },
     model: { baseUrl: e.OPENMA_MODEL_BASE_URL, apiKey: e.OPENMA_MODEL_API_KEY || e.ANTHROPIC_API_KEY },
@@ -164,12 +173,20 @@ function runtimeHostOf(e: z.infer<typeof schema>): RuntimeHostConfig | undefined
   return {
     environmentId: e.OPENMA_RUNTIME_HOST_ENVIRONMENT_ID,
     environmentKey: e.ANTHROPIC_ENVIRONMENT_KEY,
-    sandbox: e.OPENMA_RUNTIME_HOST_SANDBOX,
+    sandbox: runtimeHostSandbox(e),
     concurrency: e.OPENMA_RUNTIME_HOST_CONCURRENCY,
     fenceTtlMs: e.OPENMA_RUNTIME_FENCE_TTL_MS,
     workerMaxIdleMs: e.OPENMA_WORKER_MAX_IDLE_MS,
     apiUrl: e.OPENMA_API_URL ?? `http://127.0.0.1:${e.PORT}`,
+    publicUrl: e.OPENMA_PUBLIC_URL,
   };
+}
+
+/** OPENMA_RUNTIME_HOST_SANDBOX, else a cloud driver named by OPENMA_SANDBOX / SANDBOX_PROVIDER, else auto. */
+function runtimeHostSandbox(e: z.infer<typeof schema>): RuntimeHostConfig["sandbox"] {
+  if (e.OPENMA_RUNTIME_HOST_SANDBOX !== undefined) return e.OPENMA_RUNTIME_HOST_SANDBOX;
+  const serve = e.OPENMA_SANDBOX ?? e.SANDBOX_PROVIDER;
+  return (REMOTE_SANDBOX_DRIVERS as readonly string[]).includes(serve ?? "") ? (serve as RemoteSandboxName) : "auto";
 }
 
 const BLOB_VARS = [

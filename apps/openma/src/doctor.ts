@@ -18,7 +18,7 @@ import { MIN_NODE_MAJOR } from "./node-version.ts";
 export type CheckStatus = "ok" | "missing" | "warn" | "skipped";
 
 export interface DoctorCheck {
-  id: "node" | "sqlite" | "postgres" | "bubblewrap" | "docker" | "images" | "cgroups";
+  id: "node" | "sqlite" | "postgres" | "bubblewrap" | "docker" | "images" | "cgroups" | `sandbox:${string}`;
   status: CheckStatus;
   /** One line on what was found. */
   detail: string;
@@ -375,7 +375,10 @@ export async function runDoctor(options: DoctorOptions = {}): Promise<DoctorRepo
     checkCgroups(),
   ]);
   const images = await checkImages(manifest, socket, docker.status === "ok", timeoutMs);
-  return summarize([checkNode(), sqlite, postgres, bubblewrap, docker, images, cgroups]);
+  // Cloud drivers in use (selected, or with credentials present): their variables, and one real call.
+  const { checkRemoteSandboxes } = await import("./remote-sandboxes.ts");
+  const remote = await checkRemoteSandboxes(env, timeoutMs);
+  return summarize([checkNode(), sqlite, postgres, bubblewrap, docker, images, cgroups, ...remote]);
 }
 
 /**

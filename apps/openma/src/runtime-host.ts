@@ -3,16 +3,19 @@
  * `openma runtime-host` runs it alone against a server's API and database;
  * `openma serve` embeds it when OPENMA_RUNTIME_HOST_ENVIRONMENT_ID is set.
  * `OPENMA_RUNTIME_HOST_SANDBOX=auto` picks bubblewrap, then Docker, and
- * refuses to start when neither works here (never an unisolated fallback).
+ * refuses to start when neither works here (never an unisolated fallback);
+ * a cloud driver's name (or `OPENMA_SANDBOX=<cloud driver>`) runs the
+ * sessions in that provider's sandboxes instead (remote-sandboxes.ts).
  */
 import type { Logger } from "@openma/api";
-import type { RunningRuntimeHost, RuntimeHostDriver } from "@openma/runtime-host";
+import type { RemoteRuntimeHostDriver, RunningRuntimeHost, RuntimeHostDriver } from "@openma/runtime-host";
 import type { Storage } from "@openma/storage";
 import type { RuntimeHostConfig } from "./config.ts";
+import { isRemoteSandbox, remoteRuntimeHostDriver } from "./remote-sandboxes.ts";
 import { type AvailabilityProbes, chooseSandbox, hostProbes } from "./sandbox.ts";
 
 export async function resolveRuntimeHostDriver(
-  choice: RuntimeHostConfig["sandbox"],
+  choice: Exclude<RuntimeHostConfig["sandbox"], "e2b" | "daytona" | "sprites">,
   probes: AvailabilityProbes,
 ): Promise<RuntimeHostDriver> {
   const selection = await chooseSandbox(choice, probes);
@@ -29,7 +32,10 @@ export async function startConfiguredRuntimeHost(options: {
   probes?: AvailabilityProbes;
 }): Promise<RunningRuntimeHost> {
   const { config } = options;
-  const driver = await resolveRuntimeHostDriver(config.sandbox, options.probes ?? hostProbes);
+  // A cloud runtime reaches the control plane over the network: its public URL, else the listener itself.
+  const driver: RuntimeHostDriver | RemoteRuntimeHostDriver = isRemoteSandbox(config.sandbox)
+    ? remoteRuntimeHostDriver(config.sandbox, process.env, config.publicUrl ?? options.apiUrl)
+    : await resolveRuntimeHostDriver(config.sandbox, options.probes ?? hostProbes);
   const { startRuntimeHost } = await import("@openma/runtime-host");
   const ttl = config.fenceTtlMs;
   return startRuntimeHost({

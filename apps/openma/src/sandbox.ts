@@ -113,7 +113,8 @@ export const hostProbes: AvailabilityProbes = {
 
 /** A driver the resolver acquires from, with the tool surface of its leases. */
 export interface SandboxBackend {
-  name: "bubblewrap" | "docker";
+  /** `bubblewrap`, `docker`, or a cloud driver's name (remote-sandboxes.ts). */
+  name: string;
   sandbox: ManagedSandboxPort;
   toolSandbox(lease: ManagedSandboxLease): ToolSandboxPort;
   /** Whether the driver's unprivileged host uid must traverse the data dir to bind the workspace. */
@@ -136,7 +137,7 @@ export async function openBackend(selection: Exclude<SandboxSelection, { type: "
 
 export interface ServeSandboxes extends SandboxResolver {
   /** The driver in use, or null when sandbox tools fail closed. */
-  readonly driver: "bubblewrap" | "docker" | null;
+  readonly driver: string | null;
   /** Session ids with a live (or starting) sandbox. */
   active(): string[];
   /**

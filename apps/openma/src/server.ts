@@ -16,6 +16,7 @@ import pino from "pino";
 import { ensureAdminKey } from "./admin-key.ts";
 import type { ServerConfig } from "./config.ts";
 import { hostProvisioner } from "./provision.ts";
+import { isRemoteSandbox, openRemoteServeSandboxes } from "./remote-sandboxes.ts";
 import { startConfiguredRuntimeHost } from "./runtime-host.ts";
 import { type AvailabilityProbes, openServeSandboxes, type ServeSandboxes } from "./sandbox.ts";
 import { loadSecretKeys, type SecretKeys } from "./secret-key.ts";
@@ -187,13 +188,10 @@ async function startBrain(config: ServerConfig, deps: ApiDeps, probes: Availabil
   if (!config.brain.enabled) return null;
   // Tests that inject probes describe a machine; only the real one is ever provisioned.
   const provisioner = config.brain.autoProvision && probes === undefined ? hostProvisioner({ output: process.stderr }) : undefined;
-  const sandboxes = await openServeSandboxes({
-    choice: config.brain.sandbox,
-    dataDir: config.dataDir,
-    logger: deps.logger,
-    probes,
-    provisioner,
-  });
+  const choice = config.brain.sandbox;
+  const sandboxes = isRemoteSandbox(choice)
+    ? await openRemoteServeSandboxes(choice, process.env, { dataDir: config.dataDir, logger: deps.logger })
+    : await openServeSandboxes({ choice, dataDir: config.dataDir, logger: deps.logger, probes, provisioner });
   const runner = harnessRunner({
     storage: deps.storage,
     clock: deps.clock,

@@ -78,15 +78,37 @@ describe("the conformance table", () => {
     expect(entry.capabilities.sandboxPortFacts.lacks).toContain("credential_substitution");
   });
 
+  it("describes the cloud drivers as built: both lanes, suspend/resume, a durable checkpointed workspace, no process checkpoint", () => {
+    for (const driver of ["e2b", "daytona", "sprites"]) {
+      const entry = conformanceOf(driver) as DriverConformance;
+      expect(entry.implemented, driver).toBe(true);
+      expect(entry.capabilities.lanes).toEqual(["ama_worker", "openma_supervised"]);
+      expect(entry.capabilities.sandbox).toEqual({ suspendResume: "supported", hardTerminate: "supported", orphanReap: "host_managed" });
+      expect(workspaceDurabilityOf(entry.capabilities)).toBe("durable");
+      expect(entry.capabilities.workspace.map((w) => w.strategy)).not.toContain("retained_runtime");
+      expect(entry.capabilities.outputs).toEqual([{ strategy: "final_collect", durability: "durable" }]);
+      // A provider snapshot (E2B's pause keeps memory) is never advertised as an OpenMA process checkpoint.
+      expect(entry.capabilities.runtimeCheckpoints).toEqual([]);
+      expect(entry.capabilities.credentialEgress).toEqual({ enforcement: "unsupported" });
+      const planned = admissionFor(driver, profile());
+      expect(planned).toMatchObject({
+        type: "planned",
+        plan: { provider: driver, workspace: { strategy: "checkpoint_restore", durability: "durable" } },
+      });
+      expect(admissionFor(driver, profile({ runtimeCheckpoint: "required" })).type).toBe("rejected");
+    }
+    expect((conformanceOf("e2b") as DriverConformance).capabilities.sandboxPortFacts.has).toContain("provider_memory_snapshot");
+  });
+
   it("flags a table that lies", () => {
     const bubblewrap = conformanceOf("bubblewrap") as DriverConformance;
     const lying: DriverConformance[] = [
-      { ...(conformanceOf("e2b") as DriverConformance), capabilities: { ...claimsNothing("e2b"), lanes: ["ama_worker"] } },
+      { ...(conformanceOf("modal") as DriverConformance), capabilities: { ...claimsNothing("modal"), lanes: ["ama_worker"] } },
       { ...bubblewrap, capabilities: { ...bubblewrap.capabilities, provider: "docker" } },
       { ...bubblewrap, driver: "bubblewrap" },
     ];
     expect(conformanceIssues(lying)).toEqual([
-      "e2b: not implemented but its capabilities claim something",
+      "modal: not implemented but its capabilities claim something",
       "bubblewrap: capabilities.provider is docker",
       "bubblewrap: duplicate entry",
     ]);
@@ -96,10 +118,10 @@ describe("the conformance table", () => {
 describe("conformanceIssues, every rule", () => {
   it("flags planned/provider mismatches, contradictory facts and implemented/unimplemented inconsistencies", () => {
     const bubblewrap = conformanceOf("bubblewrap") as DriverConformance;
-    const e2b = conformanceOf("e2b") as DriverConformance;
+    const vercel = conformanceOf("vercel") as DriverConformance;
     const caps = bubblewrap.capabilities;
     const table: DriverConformance[] = [
-      { ...e2b, planned: { ...claimsNothing("modal") } },
+      { ...vercel, planned: { ...claimsNothing("modal") } },
       {
         ...bubblewrap,
         driver: "a",
@@ -107,11 +129,11 @@ describe("conformanceIssues, every rule", () => {
       },
       { ...bubblewrap, driver: "b", capabilities: { ...caps, provider: "b" }, package: null },
       { ...bubblewrap, driver: "c", capabilities: { ...caps, provider: "c" }, planned: claimsNothing("c") },
-      { ...e2b, driver: "d", capabilities: claimsNothing("d"), planned: null, package: "packages/drivers/d" },
-      { ...e2b, driver: "f", capabilities: claimsNothing("f"), planned: null, package: null, toolSandbox: true },
+      { ...vercel, driver: "d", capabilities: claimsNothing("d"), planned: null, package: "packages/drivers/d" },
+      { ...vercel, driver: "f", capabilities: claimsNothing("f"), planned: null, package: null, toolSandbox: true },
     ];
     expect(conformanceIssues(table)).toEqual([
-      "e2b: planned.provider is modal",
+      "vercel: planned.provider is modal",
       "a: facts both had and lacked: duplex_process",
       "b: implemented without a package",
       "c: implemented entries describe themselves in capabilities, not planned",
@@ -160,7 +182,7 @@ describe("admissionFor", () => {
   });
 
   it("refuses unbuilt and unknown drivers as values, whatever the profile", () => {
-    expect(admissionFor("e2b", profile())).toMatchObject({ type: "unavailable", driver: "e2b", reason: "not_implemented" });
+    expect(admissionFor("modal", profile())).toMatchObject({ type: "unavailable", driver: "modal", reason: "not_implemented" });
     const unknown = admissionFor("nope", profile());
     expect(unknown).toMatchObject({ type: "unavailable", reason: "unknown_driver" });
     expect(unknown.type === "unavailable" && unknown.message).toContain("bubblewrap");

@@ -124,6 +124,23 @@ const HOST_FS_OUTPUTS = [
 const HOST_FS_NOTE =
   "Workspace and output offers are those of the host-filesystem adapters whose directories the driver binds at /workspace and /mnt/session/outputs; `durable_mount` counts as durable only when the operator declares its root durable.";
 
+/**
+ * What a cloud driver composed with `@openma/remote-bindings` offers: the
+ * host's chunked checkpoints and output manifests, with `/workspace` and the
+ * outputs pushed into and pulled out of the remote runtime.
+ */
+const REMOTE_WORKSPACE = [
+  { strategy: "checkpoint_restore", durability: "durable" },
+  { strategy: "ephemeral", durability: "none" },
+] as const;
+const REMOTE_OUTPUTS = [{ strategy: "final_collect", durability: "durable" }] as const;
+const REMOTE_SDK_NOTE =
+  "Every wire call goes through the vendor's official SDK; the driver is proven against a wire-faithful stand-in (packages/standins/<vendor>: the SDK's own protocol, real local containers behind it) by the shared driver suite, fence loss, orphan reaping, suspend/resume, chaos and request-shape tests (test/cloud, test/runtime).";
+const REMOTE_WORKSPACE_NOTE =
+  "Workspace and outputs come from `@openma/remote-bindings`: the restored tree is pushed into the runtime at attach and pulled back (one tar each way, base64 over the command's stdio) at every checkpoint and collection, then chunked into the blob store and published under the fence; the pulled archive is treated as hostile.";
+const REMOTE_LANES_NOTE =
+  "Harness lanes as shipped: `ama_worker` (the launcher and official SDK bundled into one file, written into the runtime; the worker reaches the control plane at OPENMA_PUBLIC_URL) and `openma_supervised`; both run end to end against the stand-ins, the first through a `kill -9` of the server and a restore. Orphans are listed by ownership labels (`listOwned`) and reaped at the provider.";
+
 export const DRIVER_CONFORMANCE: readonly DriverConformance[] = [
   {
     driver: "bubblewrap",
@@ -252,50 +269,77 @@ export const DRIVER_CONFORMANCE: readonly DriverConformance[] = [
       },
     }),
   ),
-  unbuilt(
-    "e2b",
-    "microvm_devbox",
-    "E2B sandboxes: provider suspend/resume and memory snapshot (not an OpenMA checkpoint).",
-    planned("e2b", {
+  {
+    driver: "e2b",
+    class: "microvm_devbox",
+    implemented: true,
+    package: "packages/drivers/e2b",
+    summary:
+      "E2B sandboxes through the official `e2b` SDK: ownership in sandbox metadata, pause/resume, a renewed sandbox timeout, duplex processes over envd.",
+    capabilities: {
+      provider: "e2b",
       lanes: BOTH_LANES,
-      suspend: true,
-      workspace: [
-        { strategy: "retained_runtime", durability: "best_effort" },
-        { strategy: "checkpoint_restore", durability: "durable" },
-      ],
-      outputs: [{ strategy: "final_collect", durability: "durable" }],
+      sandbox: { suspendResume: "supported", ...HOST_MANAGED },
+      workspace: REMOTE_WORKSPACE,
+      outputs: REMOTE_OUTPUTS,
+      runtimeCheckpoints: [],
       credentialEgress: UNSUPPORTED_EGRESS,
       sandboxPortFacts: {
-        has: ["duplex_process", "provider_suspend_resume", "provider_memory_snapshot"],
-        lacks: ["process_memory_checkpoint"],
+        has: ["duplex_process", "workspace_file_io", "provider_suspend_resume", "provider_memory_snapshot", "provider_lease_timeout"],
+        lacks: ["process_memory_checkpoint", "stable_name"],
       },
-    }),
-  ),
-  unbuilt(
-    "daytona",
-    "microvm_devbox",
-    "Daytona workspaces: stable names, stop/start, portable filesystem snapshots, activity-renewal lease.",
-    planned("daytona", {
+    },
+    planned: null,
+    toolSandbox: true,
+    testOnly: false,
+    notes: [
+      REMOTE_SDK_NOTE,
+      "Suspend is E2B's pause, which keeps memory: a provider memory snapshot, never advertised as an OpenMA process checkpoint. An acquire with the same key resumes it through `connect` (files and running processes as they were). Every heartbeat pushes the sandbox's timeout forward, so a sandbox whose host died ends on its own.",
+      "Less than the upstream row: `retained_runtime` is not offered. Adopting a suspended sandbox into a later fence generation would need its ownership relabelled, and E2B metadata is fixed at create; the durable workspace is `checkpoint_restore`.",
+      REMOTE_WORKSPACE_NOTE,
+      REMOTE_LANES_NOTE,
+      "Configuration: `E2B_API_KEY`, and `E2B_API_URL` / `E2B_SANDBOX_URL` / `E2B_DOMAIN` for an E2B-compatible service; the template (`OPENMA_E2B_TEMPLATE`, default `base`) needs sh, tar and base64, and Node 24 for `ama_worker`. Commands run as the sandbox's root.",
+    ],
+  },
+  {
+    driver: "daytona",
+    class: "microvm_devbox",
+    implemented: true,
+    package: "packages/drivers/daytona",
+    summary:
+      "Daytona sandboxes through the official `@daytonaio/sdk` (polling mode): stable names with ownership labels, stop/start, an activity-renewal lease, duplex session processes.",
+    capabilities: {
+      provider: "daytona",
       lanes: BOTH_LANES,
-      suspend: true,
-      workspace: [
-        { strategy: "retained_runtime", durability: "best_effort" },
-        { strategy: "checkpoint_restore", durability: "durable" },
-      ],
-      outputs: [{ strategy: "final_collect", durability: "durable" }],
+      sandbox: { suspendResume: "supported", ...HOST_MANAGED },
+      workspace: REMOTE_WORKSPACE,
+      outputs: REMOTE_OUTPUTS,
+      runtimeCheckpoints: [],
       credentialEgress: UNSUPPORTED_EGRESS,
       sandboxPortFacts: {
         has: [
           "provider_activity_lease",
           "stable_name_with_ownership_labels",
           "retained_filesystem_stop_start",
-          "portable_filesystem_snapshot",
           "duplex_session_process",
+          "workspace_file_io",
         ],
-        lacks: ["process_memory_checkpoint", "durable_output_mount"],
+        lacks: ["process_memory_checkpoint", "durable_output_mount", "streaming_process_stdin_eof", "portable_filesystem_snapshot"],
       },
-    }),
-  ),
+    },
+    planned: null,
+    toolSandbox: true,
+    testOnly: false,
+    notes: [
+      REMOTE_SDK_NOTE,
+      "Suspend stops the sandbox (files kept, processes end); an acquire with the same key starts it again. Every heartbeat renews Daytona's activity lease (`refreshActivity`), so a sandbox whose host died is stopped after its auto-stop interval (`OPENMA_DAYTONA_AUTO_STOP_MINUTES`, default 15).",
+      "Each command runs in a toolbox session of its own, followed over the log WebSocket; session commands cannot close stdin, so the driver frames stdin in-band and the command still reads a real end-of-file.",
+      "Less than the upstream row: `retained_runtime` and Daytona's portable filesystem snapshots are not used; the durable workspace is `checkpoint_restore`.",
+      REMOTE_WORKSPACE_NOTE,
+      REMOTE_LANES_NOTE,
+      "Configuration: `DAYTONA_API_KEY`, `DAYTONA_API_URL`, `DAYTONA_TARGET`; the snapshot (`OPENMA_DAYTONA_SNAPSHOT`) needs sh, tar and base64, Node 24 for `ama_worker`, and a sandbox user that can create `/workspace` and `/mnt/session/outputs`.",
+    ],
+  },
   unbuilt(
     "modal",
     "serverless",
@@ -319,15 +363,20 @@ export const DRIVER_CONFORMANCE: readonly DriverConformance[] = [
       },
     }),
   ),
-  unbuilt(
-    "sprites",
-    "serverless",
-    "Fly Sprites: provider-persistent ext4 filesystem, automatic pause/wake, native network policy.",
-    planned("sprites", {
+  {
+    driver: "sprites",
+    class: "serverless",
+    implemented: true,
+    package: "packages/drivers/sprites",
+    summary:
+      "Fly Sprites through the official `@fly/sprites` SDK: stable names with ownership labels, a persistent filesystem, automatic sleep and wake, binary-framed duplex exec.",
+    capabilities: {
+      provider: "sprites",
       lanes: BOTH_LANES,
-      suspend: true,
-      workspace: [{ strategy: "durable_mount", durability: "durable" }],
-      outputs: [],
+      sandbox: { suspendResume: "supported", ...HOST_MANAGED },
+      workspace: REMOTE_WORKSPACE,
+      outputs: REMOTE_OUTPUTS,
+      runtimeCheckpoints: [],
       credentialEgress: UNSUPPORTED_EGRESS,
       sandboxPortFacts: {
         has: [
@@ -335,12 +384,23 @@ export const DRIVER_CONFORMANCE: readonly DriverConformance[] = [
           "persistent_ext4_filesystem",
           "automatic_pause_and_wake",
           "duplex_process",
-          "native_network_policy",
+          "workspace_file_io",
         ],
-        lacks: ["portable_workspace_checkpoint", "process_memory_checkpoint"],
+        lacks: ["process_memory_checkpoint", "native_network_policy"],
       },
-    }),
-  ),
+    },
+    planned: null,
+    toolSandbox: true,
+    testOnly: false,
+    notes: [
+      REMOTE_SDK_NOTE,
+      "A Sprite sleeps on its own when idle (warm: processes frozen; cold: only the filesystem) and wakes on the next request, so the driver's suspend asks the platform nothing and a sleeping Sprite still answers heartbeats as alive.",
+      "Different from the upstream row: the workspace is `checkpoint_restore`, not `durable_mount` over the Sprite's own filesystem (a zombie generation could keep writing into a shared filesystem the fence cannot guard), and outputs are `final_collect` through the same remote port. The platform's network policy is not configured by this driver.",
+      REMOTE_WORKSPACE_NOTE,
+      REMOTE_LANES_NOTE,
+      "Configuration: `SPRITES_TOKEN` (or the CLI's `SPRITE_TOKEN`) and `SPRITES_API_URL` (the SDK itself reads no variable). The image needs sh, tar and base64, and Node 24 for `ama_worker`.",
+    ],
+  },
   unbuilt(
     "vercel",
     "serverless",

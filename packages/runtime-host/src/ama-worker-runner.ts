@@ -33,8 +33,12 @@ export interface AmaWorkerRunnerOptions {
   ticketFor(scope: RuntimeResourceScope): WorkTicket | undefined;
   /** The control plane as the host reaches it (turn-boundary stream). */
   apiUrl: string;
-  /** The bridge socket inside the sandbox (what the launcher connects to). */
-  apiSocketPath: string;
+  /**
+   * How the worker reaches the control plane: the bridge socket inside a
+   * local sandbox, or the control plane's public URL from a remote runtime.
+   */
+  apiSocketPath?: string;
+  workerApiUrl?: string;
   /** Forwarded to the worker: how long it stays after the session went idle at `end_turn` (SDK default 60 s). */
   maxIdleMs?: number;
   /** Worker stderr lines (diagnostics; the worker never prints credentials). */
@@ -117,7 +121,7 @@ export class AmaWorkerRunner implements HarnessRunner {
         ANTHROPIC_SESSION_ID: ticket.sessionId,
         ANTHROPIC_WORK_SECRET: ticket.secret,
       },
-      apiSocket: this.#options.apiSocketPath,
+      ...(this.#options.workerApiUrl !== undefined ? { apiUrl: this.#options.workerApiUrl } : { apiSocket: this.#options.apiSocketPath }),
       workdir: input.workspace.mountPath,
       ...(this.#options.maxIdleMs !== undefined ? { maxIdleMs: this.#options.maxIdleMs } : {}),
     };

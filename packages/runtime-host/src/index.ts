@@ -1,6 +1,7 @@
-/** @openma/runtime-host: `openma runtime-host`, the ama_worker lane on local sandboxes (see runtime-host.ts). */
+/** @openma/runtime-host: `openma runtime-host`, the ama_worker lane on local or cloud sandboxes (see runtime-host.ts). */
 export { AmaWorkerRunner, type AmaWorkerRunnerOptions, type WorkTicket } from "./ama-worker-runner.ts";
 export { type ApiBridge, openApiBridge } from "./api-bridge.ts";
+export { openRemoteParts, type RemoteRuntimeHostDriver, type RemoteSandboxDriver, remoteProfile } from "./remote.ts";
 export {
   AMA_WORKER_PROFILE,
   type RunningRuntimeHost,
@@ -10,3 +11,4 @@ export {
   startRuntimeHost,
 } from "./runtime-host.ts";
 export { type RuntimeHostLogger, TicketBoard, WorkLoop, type WorkLoopOptions } from "./work-loop.ts";
+export { buildWorkerBundle, installWorkerBundle, preparedProcesses, REMOTE_LAUNCHER, type WorkerBundle } from "./worker-bundle.ts";

@@ -2,7 +2,8 @@
  * `openma runtime-host`: the composition that serves a self-hosted
  * environment from this machine (the `ama_worker` lane). It claims
  * Environment Work, and for each claimed session runs the Managed Runtime
- * Host transaction with a local sandbox driver (bubblewrap or Docker),
+ * Host transaction with a local sandbox driver (bubblewrap or Docker) or a
+ * cloud driver (see remote.ts),
  * checkpoint_restore workspaces and final_collect outputs in the blob
  * store, the SQL fence and orphan store of the control plane's database,
  * and the official EnvironmentWorker inside the sandbox.
@@ -24,7 +25,13 @@ import { createRequire } from "node:module";
 import { hostname } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import type { ManagedRuntimeProfile, ManagedSandboxPort, SandboxProcessPort } from "@openma/contract";
+import type {
+  ManagedRuntimeProfile,
+  ManagedSandboxPort,
+  SandboxProcessPort,
+  SessionOutputPort,
+  WorkspacePersistencePort,
+} from "@openma/contract";
 import {
   collectRuntimeGarbage,
   FsCheckpointWorkspace,
@@ -40,6 +47,7 @@ import { type Storage, sha256Hex, systemClock } from "@openma/storage";
 import { realScheduler, type Scheduler } from "@openma/time";
 import { AmaWorkerRunner, type WorkTicket } from "./ama-worker-runner.ts";
 import { type ApiBridge, openApiBridge } from "./api-bridge.ts";
+import { openRemoteParts, type RemoteRuntimeHostDriver, remoteProfile } from "./remote.ts";
 import { type RuntimeHostLogger, TicketBoard, WorkLoop } from "./work-loop.ts";
 
 export type RuntimeHostDriver = "bubblewrap" | "docker";
@@ -62,7 +70,7 @@ export const AMA_WORKER_PROFILE: ManagedRuntimeProfile = {
 };
 
 export interface RuntimeHostOptions {
-  driver: RuntimeHostDriver;
+  driver: RuntimeHostDriver | RemoteRuntimeHostDriver;
   /** The control plane's HTTP listener (plain http on this machine: the sandbox bridge forwards to it). */
   apiUrl: string;
   environmentId: string;
@@ -89,7 +97,8 @@ export interface RuntimeHostOptions {
 }
 
 export interface RunningRuntimeHost {
-  readonly driver: RuntimeHostDriver;
+  /** The driver's name (`bubblewrap`, `docker`, or a cloud driver's). */
+  readonly driver: string;
   /** This host's identity (labels its containers). */
   readonly hostId: string;
   readonly host: ManagedRuntimeHost;
@@ -104,6 +113,11 @@ interface DriverParts {
   sweepLeftovers(): Promise<number>;
   /** The bwrap driver's unprivileged uid must be able to traverse to the bound directories. */
   needsTraversal: boolean;
+  /** The workspace and output ports for this driver's runtimes. */
+  ports(root: string): { workspace: WorkspacePersistencePort; outputs: SessionOutputPort };
+  /** How the worker reaches the control plane (see AmaWorkerRunnerOptions). */
+  worker: { apiSocketPath?: string; workerApiUrl?: string };
+  profile: ManagedRuntimeProfile;
   close(): Promise<void>;
 }
 
@@ -114,20 +128,33 @@ export async function startRuntimeHost(options: RuntimeHostOptions): Promise<Run
   const scheduler = options.scheduler ?? realScheduler;
   const stateDir = resolve(options.stateDir);
   const hostId = sha256Hex(`${hostname()}\0${stateDir}`).slice(0, 16);
-  const runDir = join(stateDir, "run");
   await mkdir(stateDir, { recursive: true, mode: 0o711 });
-  const bridge: ApiBridge = await openApiBridge({ socketPath: join(runDir, "api.sock"), apiUrl: options.apiUrl });
-  const binds = [
-    { source: sdkNodeModules(), target: SANDBOX_PATHS.nodeModules },
-    { source: launcherDir(), target: SANDBOX_PATHS.launcherDir },
-    { source: runDir, target: SANDBOX_PATHS.runDir },
-  ];
+  const hostLabels = { [HOST_LABEL]: hostId };
+  let bridge: ApiBridge | null = null;
   let parts: DriverParts;
-  try {
-    parts = await openDriver(options, hostId, binds);
-  } catch (err) {
-    await bridge.close();
-    throw err;
+  if (typeof options.driver === "object") {
+    const remote = await openRemoteParts(options.driver, hostLabels);
+    parts = {
+      ...remote,
+      needsTraversal: false,
+      ports: (root) => remote.ports({ root, store: options.storage.blobs, scheduler }),
+      worker: { workerApiUrl: options.driver.workerApiUrl },
+      profile: remoteProfile(AMA_WORKER_PROFILE),
+    };
+  } else {
+    const runDir = join(stateDir, "run");
+    bridge = await openApiBridge({ socketPath: join(runDir, "api.sock"), apiUrl: options.apiUrl });
+    const binds = [
+      { source: sdkNodeModules(), target: SANDBOX_PATHS.nodeModules },
+      { source: launcherDir(), target: SANDBOX_PATHS.launcherDir },
+      { source: runDir, target: SANDBOX_PATHS.runDir },
+    ];
+    try {
+      parts = await openDriver(options, options.driver, hostId, binds, scheduler);
+    } catch (err) {
+      await bridge.close();
+      throw err;
+    }
   }
   if (parts.needsTraversal) await allowTraversal(stateDir);
   const swept = await parts.sweepLeftovers().catch(() => 0);
@@ -139,18 +166,19 @@ export async function startRuntimeHost(options: RuntimeHostOptions): Promise<Run
     processes: parts.processes,
     ticketFor: (scope) => tickets.get(scope),
     apiUrl: options.apiUrl,
-    apiSocketPath: SANDBOX_PATHS.apiSocket,
+    ...parts.worker,
     maxIdleMs: options.workerMaxIdleMs,
     scheduler,
     onLog: (line, scope) => options.logger.info({ session_id: scope.sessionId, worker: line.slice(0, 2000) }, "worker"),
   });
   for (const dir of ["workspaces", "outputs"]) await mkdir(join(stateDir, dir), { recursive: true, mode: 0o711 });
+  const { workspace, outputs } = parts.ports(stateDir);
   const host = new ManagedRuntimeHost({
     fences,
     orphans,
     sandbox: parts.sandbox,
-    workspace: new FsCheckpointWorkspace({ root: join(stateDir, "workspaces"), store: options.storage.blobs }),
-    outputs: new FsSessionOutputs({ root: join(stateDir, "outputs"), store: options.storage.blobs, scheduler }),
+    workspace,
+    outputs,
     harness: runner,
     lanes: ["ama_worker"],
     scheduler,
@@ -187,7 +215,7 @@ export async function startRuntimeHost(options: RuntimeHostOptions): Promise<Run
     environmentId: options.environmentId,
     environmentKey: options.environmentKey,
     host,
-    profile: AMA_WORKER_PROFILE,
+    profile: parts.profile,
     tickets,
     scheduler,
     logger: options.logger,
@@ -196,9 +224,10 @@ export async function startRuntimeHost(options: RuntimeHostOptions): Promise<Run
     onResult: options.onResult,
   });
   loop.start();
-  options.logger.info({ driver: options.driver, environment_id: options.environmentId, host_id: hostId }, "runtime host serving");
+  const driverName = typeof options.driver === "object" ? options.driver.name : options.driver;
+  options.logger.info({ driver: driverName, environment_id: options.environmentId, host_id: hostId }, "runtime host serving");
   return {
-    driver: options.driver,
+    driver: driverName,
     hostId,
     host,
     sandbox: parts.sandbox,
@@ -206,19 +235,34 @@ export async function startRuntimeHost(options: RuntimeHostOptions): Promise<Run
       await loop.stop();
       await reaper.stop();
       await parts.close();
-      await bridge.close();
+      await bridge?.close();
     },
   };
 }
 
-async function openDriver(options: RuntimeHostOptions, hostId: string, binds: { source: string; target: string }[]): Promise<DriverParts> {
+async function openDriver(
+  options: RuntimeHostOptions,
+  driver: RuntimeHostDriver,
+  hostId: string,
+  binds: { source: string; target: string }[],
+  scheduler: Scheduler,
+): Promise<DriverParts> {
   const { readImageManifest } = await import("@openma/driver-node-docker");
   const manifest = await readImageManifest(options.imageManifest);
   if (!manifest.ok) throw new Error(manifest.message);
-  if (options.driver === "bubblewrap") {
+  const local = {
+    ports: (root: string) => ({
+      workspace: new FsCheckpointWorkspace({ root: join(root, "workspaces"), store: options.storage.blobs }),
+      outputs: new FsSessionOutputs({ root: join(root, "outputs"), store: options.storage.blobs, scheduler }),
+    }),
+    worker: { apiSocketPath: SANDBOX_PATHS.apiSocket },
+    profile: AMA_WORKER_PROFILE,
+  };
+  if (driver === "bubblewrap") {
     const { BubblewrapSandbox, bubblewrapProcesses } = await import("@openma/driver-bubblewrap");
     const sandbox = new BubblewrapSandbox({ rootfs: manifest.manifest.base.rootfs, binds });
     return {
+      ...local,
       sandbox,
       processes: bubblewrapProcesses(sandbox),
       // bwrap sandboxes die with the process that started them; only their records can be left.
@@ -235,6 +279,7 @@ async function openDriver(options: RuntimeHostOptions, hostId: string, binds: { 
     labels: { [HOST_LABEL]: hostId },
   });
   return {
+    ...local,
     sandbox,
     processes: dockerProcesses(sandbox),
     // Containers outlive a killed host: every container labelled with this host's id is a leftover of a dead process.

@@ -19,6 +19,7 @@ export {
   PROVISION_HINT,
   probeEngine,
   readImageManifest,
+  statusOf,
 } from "./engine.ts";
 export { type ContainerProcess, type ContainerProcessInput, DEFAULT_MAX_OUTPUT_BYTES } from "./process.ts";
 export { dockerProcesses } from "./process-port.ts";

@@ -18,9 +18,10 @@ import { randomBytes } from "node:crypto";
 import type { Duplex } from "node:stream";
 import type { ExecResult, OutputStream } from "@openma/contract";
 import { TailBuffer } from "@openma/driver-kit";
+import { EXEC_WRAPPER, KILL_TREE, WRAPPER_FAILURE, WRITE_SECRET_FILE } from "@openma/driver-kit/sh-programs";
 import type Docker from "dockerode";
 import { describeError } from "./engine.ts";
-import { EXEC_WRAPPER, KILL_TREE, PID_DIR, SECRET_DIR, WRAPPER_FAILURE, WRITE_SECRET_FILE } from "./scripts.ts";
+import { PID_DIR, SECRET_DIR } from "./scripts.ts";
 import { Demuxer, HeadBuffer } from "./streams.ts";
 
 export const DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024;

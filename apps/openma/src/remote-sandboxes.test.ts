@@ -1,0 +1,90 @@
+/**
+ * Cloud driver selection: the configuration names (OPENMA_SANDBOX, its
+ * SANDBOX_PROVIDER alias, the runtime host's fallback), the doctor's checks
+ * (missing variables, then one real listing through the SDK), serve's
+ * per-session sandboxes on a cloud driver, and `openma standin` — against
+ * the Sprites stand-in (real local containers behind it).
+ */
+import { silentLogger } from "@openma/api";
+import type { SpritesStandIn } from "@openma/standin-sprites";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { loadConfig } from "./config.ts";
+import { checkRemoteSandboxes, missingVariables, openRemoteServeSandboxes } from "./remote-sandboxes.ts";
+import { describeStandIn, startStandIn } from "./standin.ts";
+
+describe("configuration", () => {
+  it("selects a cloud driver for serve and, by default, for the runtime host", () => {
+    const host = { OPENMA_RUNTIME_HOST_ENVIRONMENT_ID: "env_1", ANTHROPIC_ENVIRONMENT_KEY: "envkey-123456" };
+    const config = loadConfig({ OPENMA_SANDBOX: "e2b", ...host });
+    expect(config.brain.sandbox).toBe("e2b");
+    expect(config.runtimeHost?.sandbox).toBe("e2b");
+    expect(loadConfig({ SANDBOX_PROVIDER: "daytona", ...host }).brain.sandbox).toBe("daytona");
+    expect(loadConfig({ OPENMA_SANDBOX: "sprites", OPENMA_RUNTIME_HOST_SANDBOX: "docker", ...host }).runtimeHost?.sandbox).toBe("docker");
+    // A local choice for serve leaves the runtime host on its own default.
+    expect(loadConfig({ OPENMA_SANDBOX: "docker", ...host }).runtimeHost?.sandbox).toBe("auto");
+    expect(() => loadConfig({ OPENMA_SANDBOX: "modal" })).toThrow(/OPENMA_SANDBOX/);
+  });
+
+  it("names the variables a driver lacks", () => {
+    expect(missingVariables("e2b", {})).toEqual(["E2B_API_KEY"]);
+    expect(missingVariables("sprites", { SPRITE_TOKEN: "t" })).toEqual([]);
+    expect(missingVariables("sprites", {})).toEqual(["SPRITES_TOKEN or SPRITE_TOKEN"]);
+  });
+});
+
+describe("against the Sprites stand-in", () => {
+  let standIn: SpritesStandIn;
+  beforeAll(async () => {
+    standIn = (await startStandIn("sprites", { PORT: "0" })) as SpritesStandIn;
+  });
+  afterAll(async () => {
+    await standIn?.close();
+  });
+
+  it("prints what to export to point OpenMA at the stand-in", () => {
+    const text = describeStandIn(standIn);
+    expect(text).toContain("export OPENMA_SANDBOX=sprites");
+    expect(text).toContain(`export SPRITES_API_URL=${standIn.url}`);
+  });
+
+  it("doctor: a selected driver without credentials is missing; with them it is reached through the SDK", async () => {
+    expect(await checkRemoteSandboxes({}, 5_000)).toEqual([]);
+    const missing = await checkRemoteSandboxes({ OPENMA_SANDBOX: "sprites" }, 5_000);
+    expect(missing).toMatchObject([{ id: "sandbox:sprites", status: "missing", disables: ["OPENMA_SANDBOX=sprites"] }]);
+    const reached = await checkRemoteSandboxes({ OPENMA_SANDBOX: "sprites", ...standIn.env }, 5_000);
+    expect(reached).toMatchObject([{ id: "sandbox:sprites", status: "ok", facts: { owned: 0 } }]);
+    const wrong = await checkRemoteSandboxes({ ...standIn.env, SPRITES_TOKEN: "wrong-token" }, 5_000);
+    expect(wrong).toMatchObject([{ id: "sandbox:sprites", status: "warn" }]);
+    expect(standIn.requests.some((r) => !r.authorized)).toBe(true);
+  });
+
+  it("serve's sandbox tools run in a per-session Sprite, which release removes", async () => {
+    const sandboxes = await openRemoteServeSandboxes("sprites", standIn.env, { dataDir: "/nonexistent-unused", logger: silentLogger });
+    try {
+      expect(sandboxes.driver).toBe("sprites");
+      const request = {
+        sessionId: "sesn_serve_cloud",
+        environmentId: "env_serve_cloud",
+        environment: null,
+        signal: AbortSignal.timeout(60_000),
+      };
+      const resolved = await sandboxes.resolve(request);
+      if (resolved.type !== "ready") throw new Error(resolved.reason);
+      const ran = await resolved.port.exec({
+        command: ["sh", "-c", "echo hi > /workspace/hi.txt && cat /workspace/hi.txt"],
+        timeoutMs: 60_000,
+        signal: request.signal,
+      });
+      expect(ran.type === "exited" && Buffer.from(ran.stdout).toString()).toBe("hi\n");
+      expect(standIn.live()).toBe(1);
+      // The same session gets the same sandbox back.
+      const again = await sandboxes.resolve(request);
+      expect(again.type === "ready" && again.port.workdir).toBe("/workspace");
+      expect(standIn.live()).toBe(1);
+      await sandboxes.release("sesn_serve_cloud");
+      expect(standIn.live()).toBe(0);
+    } finally {
+      await sandboxes.close();
+    }
+  });
+});

@@ -1,0 +1,188 @@
+/**
+ * Cloud sandbox drivers, selected by name: `OPENMA_SANDBOX=<driver>` (or the
+ * seed's `SANDBOX_PROVIDER`) for `openma serve`'s sandbox tools and, unless
+ * `OPENMA_RUNTIME_HOST_SANDBOX` says otherwise, for `openma runtime-host`.
+ * Each driver reads its vendor's usual variables (the table below is what
+ * `openma doctor` checks and the README documents). A driver package and
+ * its SDK load only when that driver is selected.
+ *
+ * Adding a vendor: a driver package (a CloudProvider over its official SDK)
+ * and one row here.
+ */
+import type { Logger } from "@openma/api";
+import type { RemoteRuntimeHostDriver, RemoteSandboxDriver } from "@openma/runtime-host";
+import type { DoctorCheck } from "./doctor.ts";
+import { type SandboxBackend, type ServeSandboxes, type ServeSandboxOptions, sessionSandboxes } from "./sandbox.ts";
+
+export const REMOTE_SANDBOX_DRIVERS = ["e2b", "daytona", "sprites"] as const;
+export type RemoteSandboxName = (typeof REMOTE_SANDBOX_DRIVERS)[number];
+
+export function isRemoteSandbox(name: string | undefined): name is RemoteSandboxName {
+  return (REMOTE_SANDBOX_DRIVERS as readonly string[]).includes(name ?? "");
+}
+
+type Env = Readonly<Record<string, string | undefined>>;
+
+export interface RemoteDriverOptions {
+  /** Labels on every runtime it creates (a runtime host's identity). */
+  labels?: Readonly<Record<string, string>>;
+  namePrefix?: string;
+}
+
+interface RemoteDriverRow {
+  title: string;
+  /** Variables that must be set (one of each group). */
+  required: readonly (readonly string[])[];
+  optional: readonly string[];
+  open(env: Env, options: RemoteDriverOptions): Promise<RemoteSandboxDriver>;
+}
+
+/** Each driver's configuration from the environment, or the variables it lacks. */
+function configured<C>(result: C | { missing: string[] }): C {
+  if (typeof result === "object" && result !== null && "missing" in result)
+    throw new Error(`missing ${(result as { missing: string[] }).missing.join(", ")}`);
+  return result as C;
+}
+
+export const REMOTE_DRIVERS: Record<RemoteSandboxName, RemoteDriverRow> = {
+  e2b: {
+    title: "E2B",
+    required: [["E2B_API_KEY"]],
+    optional: ["E2B_API_URL", "E2B_SANDBOX_URL", "E2B_DOMAIN", "OPENMA_E2B_TEMPLATE", "OPENMA_E2B_SANDBOX_TIMEOUT_MS"],
+    async open(env, options) {
+      const { createE2BDriver, e2bConfigFromEnv } = await import("@openma/driver-e2b");
+      return createE2BDriver(configured(e2bConfigFromEnv(env)), options);
+    },
+  },
+  daytona: {
+    title: "Daytona",
+    required: [["DAYTONA_API_KEY"]],
+    optional: ["DAYTONA_API_URL", "DAYTONA_TARGET", "OPENMA_DAYTONA_SNAPSHOT", "OPENMA_DAYTONA_AUTO_STOP_MINUTES"],
+    async open(env, options) {
+      const { createDaytonaDriver, daytonaConfigFromEnv } = await import("@openma/driver-daytona");
+      return createDaytonaDriver(configured(daytonaConfigFromEnv(env)), options);
+    },
+  },
+  sprites: {
+    title: "Fly Sprites",
+    required: [["SPRITES_TOKEN", "SPRITE_TOKEN"]],
+    optional: ["SPRITES_API_URL"],
+    async open(env, options) {
+      const { createSpritesDriver, spritesConfigFromEnv } = await import("@openma/driver-sprites");
+      return createSpritesDriver(configured(spritesConfigFromEnv(env)), options);
+    },
+  },
+};
+
+/** Required variables this environment lacks for `name` (each group named by its first variable). */
+export function missingVariables(name: RemoteSandboxName, env: Env): string[] {
+  return REMOTE_DRIVERS[name].required.filter((group) => !group.some((v) => env[v])).map((group) => group.join(" or "));
+}
+
+export function openRemoteDriver(name: RemoteSandboxName, env: Env, options: RemoteDriverOptions = {}): Promise<RemoteSandboxDriver> {
+  const missing = missingVariables(name, env);
+  if (missing.length > 0) return Promise.reject(new Error(`the ${name} sandbox driver needs ${missing.join(", ")}`));
+  return REMOTE_DRIVERS[name].open(env, options);
+}
+
+/**
+ * `openma serve`'s per-session sandboxes on a cloud driver. The session's
+ * `/workspace` lives in its remote runtime (a host directory cannot be bound
+ * into it), so it lasts as long as that runtime: idle termination and
+ * archiving end it. Durable workspaces are the runtime host's (checkpointed
+ * and restored under a fence).
+ */
+export async function openRemoteServeSandboxes(
+  name: RemoteSandboxName,
+  env: Env,
+  options: Pick<ServeSandboxOptions, "dataDir" | "logger" | "scheduler" | "idleMs">,
+): Promise<ServeSandboxes> {
+  const driver = await openRemoteDriver(name, env, { namePrefix: "openma-serve" });
+  const backend: SandboxBackend = { name, sandbox: driver, toolSandbox: (lease) => driver.toolSandbox(lease), needsTraversal: false };
+  options.logger.info({ sandbox: name }, "sandbox tools run in per-session cloud sandboxes");
+  const sandboxes = sessionSandboxes(backend, options);
+  return {
+    ...sandboxes,
+    async close() {
+      await sandboxes.close();
+      await driver.close();
+    },
+  };
+}
+
+/** The runtime host's driver for a cloud provider; its workers reach the control plane at `workerApiUrl`. */
+export function remoteRuntimeHostDriver(name: RemoteSandboxName, env: Env, workerApiUrl: string): RemoteRuntimeHostDriver {
+  return { type: "remote", name, workerApiUrl, open: (labels) => openRemoteDriver(name, env, { labels, namePrefix: "openma-rh" }) };
+}
+
+/**
+ * Doctor checks for the cloud drivers in use: selected by a sandbox
+ * variable, or with credentials present. A complete configuration is probed
+ * with one real listing through the vendor's SDK.
+ */
+export async function checkRemoteSandboxes(env: Env, timeoutMs: number, logger?: Logger): Promise<DoctorCheck[]> {
+  const selected = new Set([env.OPENMA_SANDBOX, env.SANDBOX_PROVIDER, env.OPENMA_RUNTIME_HOST_SANDBOX].filter(isRemoteSandbox));
+  const checks: DoctorCheck[] = [];
+  for (const name of REMOTE_SANDBOX_DRIVERS) {
+    const row = REMOTE_DRIVERS[name];
+    const present = [...row.required.flat(), ...row.optional].some((v) => env[v]);
+    if (!selected.has(name) && !present) continue;
+    const id = `sandbox:${name}` as const;
+    const disables = [`OPENMA_SANDBOX=${name}`];
+    const missing = missingVariables(name, env);
+    if (missing.length > 0) {
+      checks.push({
+        id,
+        status: "missing",
+        detail: `${row.title}: ${missing.join(", ")} not set`,
+        disables,
+        hint: `set ${missing.join(", ")}`,
+        facts: { selected: selected.has(name) },
+      });
+      continue;
+    }
+    checks.push(await probe(name, env, timeoutMs, logger));
+  }
+  return checks;
+}
+
+async function probe(name: RemoteSandboxName, env: Env, timeoutMs: number, logger?: Logger): Promise<DoctorCheck> {
+  const row = REMOTE_DRIVERS[name];
+  const id = `sandbox:${name}` as const;
+  let driver: RemoteSandboxDriver | null = null;
+  try {
+    driver = await openRemoteDriver(name, env);
+    const listed = await Promise.race([
+      driver.listOwned({ signal: AbortSignal.timeout(timeoutMs) }),
+      new Promise<{ type: "failed"; error: string; retryable: true }>((resolve) =>
+        setTimeout(() => resolve({ type: "failed", error: `no answer within ${timeoutMs} ms`, retryable: true }), timeoutMs).unref(),
+      ),
+    ]);
+    if (listed.type === "failed") {
+      return {
+        id,
+        status: "warn",
+        detail: `${row.title}: configured, but the provider did not answer: ${listed.error}`,
+        disables: [`OPENMA_SANDBOX=${name}`],
+        facts: {},
+      };
+    }
+    return {
+      id,
+      status: "ok",
+      detail: `${row.title}: reachable; ${listed.runtimes.length} runtime(s) owned by OpenMA`,
+      disables: [],
+      facts: { owned: listed.runtimes.length },
+    };
+  } catch (err) {
+    return {
+      id,
+      status: "warn",
+      detail: `${row.title}: ${err instanceof Error ? err.message : String(err)}`,
+      disables: [`OPENMA_SANDBOX=${name}`],
+      facts: {},
+    };
+  } finally {
+    await driver?.close().catch((err: unknown) => logger?.warn({ err: String(err) }, "closing a probed driver failed"));
+  }
+}

@@ -1,0 +1,130 @@
+/**
+ * Session create → first tool result on each cloud driver, against the same
+ * vendor stand-in driven directly through the vendor's SDK:
+ * `npx tsx bench/cloud-first-exec.ts [runs=10]` (env `BENCH_WARMUP`,
+ * default 2; `BENCH_VENDORS=e2b,daytona,sprites`). Needs Docker with the
+ * sandbox images (the stand-ins run real containers).
+ *
+ * Per vendor it starts the stand-in in this process and a real `openma
+ * serve` child process (SQLite, brain on, OPENMA_SANDBOX=<vendor>, the
+ * vendor's variables pointing at the stand-in), then measures per
+ * iteration, in turn:
+ *
+ *   host  t0 just before `client.beta.sessions.create` (official SDK); a
+ *         message the scripted model answers with a `bash` tool_use running
+ *         `true`; t1 when its `agent.tool_result` arrives on the stream. Each
+ *         session is new, so this includes creating its remote sandbox (on
+ *         the first sandbox tool call) through the driver and its SDK.
+ *   sdk   the vendor's SDK alone against the same stand-in: create a sandbox
+ *         and run `true` in it (E2B `Sandbox.create` + `commands.run`,
+ *         Daytona `create` + `process.executeCommand`, Sprites
+ *         `createSprite` + `execFile`); the removal that follows is not
+ *         counted.
+ *
+ * The ratio host / sdk is what OpenMA adds on top of the provider's own
+ * create + exec (the agent loop, the driver's ownership labels, directory
+ * preparation, the exec wrapper). The stand-in must hold no sandbox once the
+ * server stopped: the run fails otherwise.
+ */
+import { randomBytes } from "node:crypto";
+import { cpus } from "node:os";
+import { Daytona } from "@daytonaio/sdk";
+import { SpritesClient } from "@fly/sprites";
+import { startScriptedModel } from "@openma/scripted-model";
+import type { CloudStandIn } from "@openma/standin-kit";
+import { Sandbox } from "e2b";
+import { startServeProcess } from "../test/support/child-server.ts";
+import { startVendorStandIn, VENDORS, type Vendor } from "../test/support/cloud.ts";
+import { createBenchAgent, MODEL_KEY, measuredRuns, SCRIPT, sessionOnce, summary } from "./session-first-exec.ts";
+
+/** One create + exec through the vendor's SDK; resolves with the timed ms and a cleanup (not timed). */
+async function sdkOnce(vendor: Vendor, standIn: CloudStandIn): Promise<{ ms: number; cleanup: () => Promise<unknown> }> {
+  const env = standIn.env;
+  const t0 = performance.now();
+  if (vendor === "e2b") {
+    const sandbox = await Sandbox.create("base", { apiKey: env.E2B_API_KEY, apiUrl: env.E2B_API_URL, sandboxUrl: env.E2B_SANDBOX_URL });
+    await sandbox.commands.run("true");
+    return { ms: performance.now() - t0, cleanup: () => sandbox.kill() };
+  }
+  if (vendor === "daytona") {
+    const daytona = new Daytona({ apiKey: env.DAYTONA_API_KEY, apiUrl: env.DAYTONA_API_URL, useDeprecatedPolling: true });
+    const sandbox = await daytona.create({ name: `bench-${randomBytes(6).toString("hex")}` });
+    await sandbox.process.executeCommand("true");
+    return { ms: performance.now() - t0, cleanup: () => sandbox.delete() };
+  }
+  const client = new SpritesClient(env.SPRITES_TOKEN as string, { baseURL: env.SPRITES_API_URL });
+  const sprite = await client.createSprite(`bench-${randomBytes(6).toString("hex")}`);
+  await sprite.execFile("true");
+  return { ms: performance.now() - t0, cleanup: () => sprite.delete() };
+}
+
+interface Row {
+  vendor: Vendor;
+  host: number[];
+  sdk: number[];
+  sessions: number;
+}
+
+async function benchOne(vendor: Vendor): Promise<Row> {
+  const standIn = await startVendorStandIn(vendor);
+  const model = await startScriptedModel({ apiKey: MODEL_KEY, script: SCRIPT });
+  try {
+    const serve = await startServeProcess({
+      apiKey: `sk-bench-${randomBytes(16).toString("hex")}`,
+      env: {
+        LOG_LEVEL: "warn",
+        OPENMA_BRAIN: "on",
+        OPENMA_SANDBOX: vendor,
+        ...standIn.env,
+        OPENMA_MODEL_BASE_URL: model.url,
+        OPENMA_MODEL_API_KEY: MODEL_KEY,
+        OPENMA_EXECUTION_POLL_MS: "600000",
+      },
+    });
+    let runs: { host: number; sdk: number }[];
+    try {
+      const { client } = serve;
+      const envId = (await client.beta.environments.create({ name: `bench-${vendor}` })).id;
+      const agent = await createBenchAgent(client);
+      runs = await measuredRuns(async () => {
+        const host = await sessionOnce(client, agent, envId, "tool");
+        const direct = await sdkOnce(vendor, standIn);
+        await direct.cleanup();
+        return { host, sdk: direct.ms };
+      });
+    } finally {
+      await serve.close();
+    }
+    if (standIn.live() > 0) throw new Error(`${standIn.live()} ${vendor} sandbox(es) outlived their server`);
+    return { vendor, host: runs.map((r) => r.host), sdk: runs.map((r) => r.sdk), sessions: runs.length };
+  } finally {
+    await model.close();
+    await standIn.close();
+  }
+}
+
+async function main(): Promise<void> {
+  const wanted = (process.env.BENCH_VENDORS ?? VENDORS.join(",")).split(",") as Vendor[];
+  const rows: Row[] = [];
+  for (const vendor of wanted) rows.push(await benchOne(vendor));
+  const cpu = cpus()[0]?.model ?? "unknown CPU";
+  console.log(
+    `Session create -> first tool result on the cloud drivers (stand-ins, real containers): ${rows[0]?.sessions ?? 0} measured runs per vendor, ${cpus().length} CPUs (${cpu}), Node ${process.version}, ${new Date().toISOString()}\n`,
+  );
+  console.log("| Driver | Host p50 | Host p95 | SDK create + exec p50 | SDK create + exec p95 | Host / SDK |");
+  console.log("|---|---|---|---|---|---|");
+  const f = (x: number) => `${x.toFixed(1)} ms`;
+  for (const r of rows) {
+    const h = summary(r.host);
+    const s = summary(r.sdk);
+    console.log(`| ${r.vendor} | ${f(h.p50)} | ${f(h.p95)} | ${f(s.p50)} | ${f(s.p95)} | ${(h.p50 / s.p50).toFixed(2)}x |`);
+  }
+  console.log(
+    "\nRatios use p50s. Host sessions are new each time (each creates its remote sandbox) and are archived once idle, outside the timed span.",
+  );
+}
+
+main().catch((err: Error) => {
+  console.error(err);
+  process.exit(1);
+});

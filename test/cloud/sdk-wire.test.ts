@@ -1,0 +1,133 @@
+/**
+ * The official SDKs' requests for create, exec and kill are the ones each
+ * vendor documents, with the documented credential header, so a stand-in
+ * cannot drift into a private dialect its SDK happens to tolerate. The
+ * table below is written from the vendors' public API references, not from
+ * the stand-ins; each test drives the driver (every wire call its SDK's)
+ * against the stand-in and compares what arrived on the wire.
+ *
+ * - E2B: REST API reference (api.e2b.app, `X-API-KEY`): `POST /v2/sandboxes`,
+ *   `DELETE /sandboxes/{sandboxID}`; envd (`X-Access-Token`, routed by
+ *   `E2b-Sandbox-Id`): `POST /process.Process/Start` (Connect).
+ * - Daytona: API reference (app.daytona.io/api, `Authorization: Bearer`):
+ *   `POST /sandbox`, `DELETE /sandbox/{sandboxIdOrName}`; toolbox
+ *   (`{toolboxProxyUrl}/{sandboxId}`, same bearer): `POST
+ *   /process/session/{sessionId}/exec`.
+ * - Fly Sprites: REST and exec reference (api.sprites.dev, `Authorization:
+ *   Bearer`): `POST /v1/sprites`, WebSocket `/v1/sprites/{name}/exec`,
+ *   `DELETE /v1/sprites/{name}`.
+ */
+import type { CloudStandIn, RecordedRequest } from "@openma/standin-kit";
+import { afterEach, describe, expect, it } from "vitest";
+import { startVendorStandIn, VENDORS, type Vendor, vendorDriver } from "../support/cloud.ts";
+
+interface Documented {
+  /** The one credential header the vendor documents for this surface. */
+  auth: string;
+  create: { method: string; path: RegExp };
+  exec: { method: string; path: RegExp };
+  kill: { method: string; path: RegExp };
+  /** What the official SDK says it is, when it says. */
+  userAgent: RegExp | null;
+}
+
+const DOCUMENTED: Record<Vendor, Documented & { execAuth?: string }> = {
+  e2b: {
+    auth: "x-api-key",
+    execAuth: "x-access-token",
+    create: { method: "POST", path: /^\/v2\/sandboxes$/ },
+    exec: { method: "POST", path: /^\/process\.Process\/Start$/ },
+    kill: { method: "DELETE", path: /^\/sandboxes\/[A-Za-z0-9]+$/ },
+    userAgent: /^e2b-js-sdk\/2\.51\./,
+  },
+  daytona: {
+    auth: "authorization",
+    create: { method: "POST", path: /^\/api\/sandbox$/ },
+    exec: { method: "POST", path: /^\/toolbox\/[0-9a-f-]{36}\/process\/session\/[^/]+\/exec$/ },
+    kill: { method: "DELETE", path: /^\/api\/sandbox\/[0-9a-f-]{36}$/ },
+    userAgent: /^sdk-typescript(-legacy)?\/0\.218\./,
+  },
+  sprites: {
+    auth: "authorization",
+    create: { method: "POST", path: /^\/v1\/sprites$/ },
+    exec: { method: "GET", path: /^\/v1\/sprites\/[a-z0-9-]+\/exec$/ },
+    kill: { method: "DELETE", path: /^\/v1\/sprites\/[a-z0-9-]+$/ },
+    userAgent: null,
+  },
+};
+
+const never = () => new AbortController().signal;
+
+function matching(requests: readonly RecordedRequest[], expected: { method: string; path: RegExp }): RecordedRequest[] {
+  return requests.filter((r) => r.method === expected.method && expected.path.test(r.path));
+}
+
+describe.each(VENDORS)("the official %s SDK on the wire", (vendor) => {
+  let standIn: CloudStandIn | undefined;
+  afterEach(async () => {
+    await standIn?.close();
+  });
+
+  it("sends create, exec and kill as the vendor documents them, with the documented credential header", async () => {
+    standIn = await startVendorStandIn(vendor);
+    const documented = DOCUMENTED[vendor];
+    const driver = vendorDriver(vendor, standIn);
+    const scope = { environmentId: "env_wire", sessionId: `sesn_wire_${vendor}` };
+    const fence = { scope, ownerId: "owner-wire", generation: 1, expiresAt: Date.now() + 600_000 };
+    const acquired = await driver.acquire({
+      scope,
+      fence,
+      workspace: { bindingId: "ws", strategy: "ephemeral", mountPath: "/workspace" },
+      outputs: null,
+      idempotencyKey: "wire",
+      signal: never(),
+    });
+    if (acquired.type !== "acquired") throw new Error(acquired.reason);
+    const createdAt = standIn.requests.length;
+    const ran = await driver.toolSandbox(acquired.lease).exec({ command: ["echo", "wire"], timeoutMs: 60_000, signal: never() });
+    expect(ran.type === "exited" && Buffer.from(ran.stdout).toString()).toBe("wire\n");
+    const ranAt = standIn.requests.length;
+    expect(await driver.terminate({ scope, fence, lease: acquired.lease, reason: "completed", signal: never() })).toEqual({
+      type: "terminated",
+    });
+    const requests = standIn.requests;
+
+    const created = matching(requests.slice(0, createdAt), documented.create);
+    const execs = matching(requests.slice(createdAt, ranAt), documented.exec);
+    const kills = matching(requests.slice(ranAt), documented.kill);
+    expect(created).toHaveLength(1);
+    expect(execs.length).toBeGreaterThanOrEqual(1);
+    expect(kills).toHaveLength(1);
+    for (const request of [...created, ...kills]) expect(request).toMatchObject({ authHeader: documented.auth, authorized: true });
+    for (const request of execs) expect(request).toMatchObject({ authHeader: documented.execAuth ?? documented.auth, authorized: true });
+    if (vendor === "e2b") for (const request of execs) expect(request.headerNames).toContain("e2b-sandbox-id");
+    if (documented.userAgent) for (const request of [...created, ...kills]) expect(request.userAgent).toMatch(documented.userAgent);
+
+    // Nothing the SDK sent was refused, and nothing was left behind.
+    expect(requests.filter((r) => !r.authorized)).toEqual([]);
+    expect(standIn.live()).toBe(0);
+    expect(await standIn.boxes.containers()).toEqual([]);
+  });
+
+  it("is refused with the vendor's 401 when the credential is wrong", async () => {
+    standIn = await startVendorStandIn(vendor);
+    const wrong = {
+      ...standIn,
+      env: Object.fromEntries(Object.entries(standIn.env).map(([k, v]) => [k, /KEY|TOKEN/.test(k) ? `${v}-wrong` : v])),
+    };
+    const driver = vendorDriver(vendor, wrong as CloudStandIn);
+    const scope = { environmentId: "env_wire", sessionId: "sesn_wire_denied" };
+    const acquired = await driver.acquire({
+      scope,
+      fence: { scope, ownerId: "owner-wire", generation: 1, expiresAt: Date.now() + 600_000 },
+      workspace: { bindingId: "ws", strategy: "ephemeral", mountPath: "/workspace" },
+      outputs: null,
+      idempotencyKey: "wire",
+      signal: never(),
+    });
+    expect(acquired).toMatchObject({ type: "unavailable", retryable: false });
+    expect(standIn.requests.length).toBeGreaterThan(0);
+    expect(standIn.requests.every((r) => r.authHeader === DOCUMENTED[vendor].auth && !r.authorized)).toBe(true);
+    expect(standIn.live()).toBe(0);
+  });
+});

@@ -1,0 +1,47 @@
+/**
+ * The cloud drivers under test: each vendor's stand-in (its official SDK's
+ * wire protocol, real local containers behind it) and the driver pointed at
+ * it through the vendor's own variables, exactly as `openma` configures it.
+ */
+
+import { createDaytonaDriver, daytonaConfigFromEnv } from "@openma/driver-daytona";
+import { createE2BDriver, e2bConfigFromEnv } from "@openma/driver-e2b";
+import type { RemoteDriverOptions, RemoteSandboxDriver } from "@openma/driver-kit/remote";
+import { createSpritesDriver, spritesConfigFromEnv } from "@openma/driver-sprites";
+import { startDaytonaStandIn } from "@openma/standin-daytona";
+import { startE2BStandIn } from "@openma/standin-e2b";
+import type { CloudStandIn } from "@openma/standin-kit";
+import { startSpritesStandIn } from "@openma/standin-sprites";
+
+export const VENDORS = ["e2b", "daytona", "sprites"] as const;
+export type Vendor = (typeof VENDORS)[number];
+
+export function startVendorStandIn(vendor: Vendor): Promise<CloudStandIn> {
+  switch (vendor) {
+    case "e2b":
+      return startE2BStandIn();
+    case "daytona":
+      return startDaytonaStandIn();
+    case "sprites":
+      return startSpritesStandIn();
+  }
+}
+
+function configured<C>(result: C | { missing: string[] }): C {
+  if (typeof result === "object" && result !== null && "missing" in result)
+    throw new Error(`missing ${(result as { missing: string[] }).missing.join(", ")}`);
+  return result as C;
+}
+
+/** A fresh driver instance (as another process would build it) pointed at the stand-in. */
+export function vendorDriver(vendor: Vendor, standIn: CloudStandIn, options: RemoteDriverOptions = {}): RemoteSandboxDriver {
+  const env = standIn.env;
+  switch (vendor) {
+    case "e2b":
+      return createE2BDriver(configured(e2bConfigFromEnv(env)), options);
+    case "daytona":
+      return createDaytonaDriver(configured(daytonaConfigFromEnv(env)), options);
+    case "sprites":
+      return createSpritesDriver(configured(spritesConfigFromEnv(env)), options);
+  }
+}
