@@ -41,6 +41,8 @@ const schema = z.object({
   OPENMA_EXECUTION_CONCURRENCY: z.coerce.number().int().min(1).max(1000).default(16),
   OPENMA_EXECUTION_LEASE_TTL_MS: z.coerce.number().int().min(3000).max(600_000).default(30_000),
   OPENMA_EXECUTION_POLL_MS: z.coerce.number().int().min(100).max(600_000).default(5_000),
+  // Failed attempts at one turn before the worker gives it up (the session gets a session.error and goes idle).
+  OPENMA_EXECUTION_MAX_ATTEMPTS: z.coerce.number().int().min(1).max(100).default(5),
   // Where the default harness's sandbox tools run (see sandbox.ts): bubblewrap, else Docker, else fail closed;
   // or a cloud driver (remote-sandboxes.ts). SANDBOX_PROVIDER is the seed's name for it.
   OPENMA_SANDBOX: z.enum(SERVE_SANDBOXES).optional(),
@@ -105,6 +107,7 @@ export interface ServerConfig {
     concurrency: number;
     leaseTtlMs: number;
     pollIntervalMs: number;
+    maxAttempts: number;
     sandbox: SandboxChoice | RemoteSandboxName;
     /** Install bubblewrap on start when no sandbox driver is usable. */
     autoProvision: boolean;
@@ -158,6 +161,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
       concurrency: e.OPENMA_EXECUTION_CONCURRENCY,
       leaseTtlMs: e.OPENMA_EXECUTION_LEASE_TTL_MS,
       pollIntervalMs: e.OPENMA_EXECUTION_POLL_MS,
+      maxAttempts: e.OPENMA_EXECUTION_MAX_ATTEMPTS,
       sandbox: e.OPENMA_SANDBOX ?? e.SANDBOX_PROVIDER ?? "auto",
       autoProvision: ["on", "1", "true"].includes(e.OPENMA_AUTO_PROVISION),
       sandboxes: {

@@ -28,6 +28,7 @@ import type { Storage } from "@openma/storage";
 import { SqlRuntimeOrphanStore } from "@openma/storage/orphans";
 import { deploymentId, SqlSandboxOwnership } from "@openma/storage/sandbox-owners";
 import { realScheduler, type Scheduler } from "@openma/time";
+import type { DoctorCheck } from "./doctor.ts";
 
 export interface SandboxOwnershipConfig {
   /** How long a crashed owner's sandboxes outlive it (OPENMA_SANDBOX_LEASE_TTL_MS). */
@@ -159,4 +160,53 @@ export function serveOwnership(parts: ServeOwnershipParts): ServeOwnership {
     },
     stats: () => port.stats({ deployment, signal: quiet }),
   };
+}
+
+/**
+ * `openma doctor`'s `sandboxes` check: the deployment's session sandboxes per
+ * driver (owned, idle, orphaned), read from the database the server would
+ * use. A data dir without a database yet is skipped: the doctor never
+ * creates one.
+ */
+export async function checkSandboxOwnership(env: NodeJS.ProcessEnv, timeoutMs: number): Promise<DoctorCheck> {
+  const { existsSync } = await import("node:fs");
+  const { join, resolve } = await import("node:path");
+  const { isPostgresUrl, openStorage } = await import("@openma/storage");
+  const dataDir = resolve(env.OPENMA_DATA_DIR || "./.openma");
+  const databaseUrl = env.DATABASE_URL || undefined;
+  if (!isPostgresUrl(databaseUrl) && !existsSync(join(dataDir, "openma.db")))
+    return { id: "sandboxes", status: "skipped", detail: `no database in ${dataDir} yet`, disables: [], facts: {} };
+  let storage: Storage | null = null;
+  try {
+    const opened = openStorage({ dataDir, databaseUrl, pgSchema: env.OPENMA_PG_SCHEMA || undefined });
+    const timeout = new Promise<never>((_, reject) => {
+      setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs).unref();
+    });
+    storage = await Promise.race([opened, timeout]);
+    const ownership = serveOwnership({
+      port: new SqlSandboxOwnership(storage.db, { clock: realScheduler }),
+      orphans: new SqlRuntimeOrphanStore(storage.db, { clock: realScheduler }),
+      deployment: await deploymentId(storage.db),
+      config: DEFAULT_SANDBOX_OWNERSHIP,
+      logger: { info() {}, warn() {}, error() {} },
+    });
+    const stats = await ownership.stats();
+    const orphaned = stats.reduce((n, s) => n + s.orphaned, 0);
+    const detail =
+      stats.length === 0
+        ? "no session sandboxes"
+        : stats.map((s) => `${s.driver}: ${s.owned} owned, ${s.idle} idle, ${s.orphaned} orphaned`).join("; ");
+    return {
+      id: "sandboxes",
+      status: orphaned > 0 ? "warn" : "ok",
+      detail,
+      disables: [],
+      ...(orphaned > 0 ? { hint: "orphan records are sandboxes a reaper could not kill; see docs/serve-sandboxes.md" } : {}),
+      facts: Object.fromEntries(stats.map((s) => [s.driver, [`owned=${s.owned}`, `idle=${s.idle}`, `orphaned=${s.orphaned}`]])),
+    };
+  } catch (err) {
+    return { id: "sandboxes", status: "warn", detail: `the database did not answer: ${String(err)}`, disables: [], facts: {} };
+  } finally {
+    await storage?.close().catch(() => {});
+  }
 }

@@ -215,6 +215,7 @@ async function startBrain(config: ServerConfig, deps: ApiDeps, probes: Availabil
     concurrency: config.brain.concurrency,
     leaseTtlMs: config.brain.leaseTtlMs,
     pollIntervalMs: config.brain.pollIntervalMs,
+    maxAttempts: config.brain.maxAttempts,
     ownerPrefix: `pid${process.pid}`,
     // The harness watches its session while it waits and records what an interrupt did to the call in flight.
     abortOnInterrupt: false,
