@@ -41,10 +41,21 @@ const schema = z.object({
   OPENMA_EXECUTION_CONCURRENCY: z.coerce.number().int().min(1).max(1000).default(16),
   OPENMA_EXECUTION_LEASE_TTL_MS: z.coerce.number().int().min(3000).max(600_000).default(30_000),
   OPENMA_EXECUTION_POLL_MS: z.coerce.number().int().min(100).max(600_000).default(5_000),
+  // Failed attempts at one turn before the worker gives it up (the session gets a session.error and goes idle).
+  OPENMA_EXECUTION_MAX_ATTEMPTS: z.coerce.number().int().min(1).max(100).default(5),
   // Where the default harness's sandbox tools run (see sandbox.ts): bubblewrap, else Docker, else fail closed;
   // or a cloud driver (remote-sandboxes.ts). SANDBOX_PROVIDER is the seed's name for it.
   OPENMA_SANDBOX: z.enum(SERVE_SANDBOXES).optional(),
   SANDBOX_PROVIDER: z.enum(SERVE_SANDBOXES).optional(),
+  // Session sandboxes (docs/serve-sandboxes.md): owner lease, reaper interval, idle timeout.
+  OPENMA_SANDBOX_LEASE_TTL_MS: z.coerce.number().int().min(1500).max(3_600_000).default(60_000),
+  OPENMA_SANDBOX_REAP_INTERVAL_MS: z.coerce.number().int().min(200).max(86_400_000).default(30_000),
+  OPENMA_SANDBOX_IDLE_MS: z.coerce
+    .number()
+    .int()
+    .min(1000)
+    .max(7 * 86_400_000)
+    .default(30 * 60_000),
   // With no usable sandbox driver, install bubblewrap on start (root + apt-get only); see provision.ts.
   OPENMA_AUTO_PROVISION: z.enum(["on", "off", "1", "0", "true", "false"]).default("on"),
   // The runtime host (ama_worker lane): serve this self-hosted environment from this machine.
@@ -96,9 +107,12 @@ export interface ServerConfig {
     concurrency: number;
     leaseTtlMs: number;
     pollIntervalMs: number;
+    maxAttempts: number;
     sandbox: SandboxChoice | RemoteSandboxName;
     /** Install bubblewrap on start when no sandbox driver is usable. */
     autoProvision: boolean;
+    /** Session sandboxes: owner lease, reaper interval and idle timeout (ms). */
+    sandboxes: { leaseTtlMs: number; reapIntervalMs: number; idleMs: number };
   };
   /** Upstream Messages API for the harness; without a key sessions fail with a clear `session.error`. Secret: never log. */
   model: { baseUrl: string | undefined; apiKey: string | undefined };
@@ -147,8 +161,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
       concurrency: e.OPENMA_EXECUTION_CONCURRENCY,
       leaseTtlMs: e.OPENMA_EXECUTION_LEASE_TTL_MS,
       pollIntervalMs: e.OPENMA_EXECUTION_POLL_MS,
+      maxAttempts: e.OPENMA_EXECUTION_MAX_ATTEMPTS,
       sandbox: e.OPENMA_SANDBOX ?? e.SANDBOX_PROVIDER ?? "auto",
       autoProvision: ["on", "1", "true"].includes(e.OPENMA_AUTO_PROVISION),
+      sandboxes: {
+        leaseTtlMs: e.OPENMA_SANDBOX_LEASE_TTL_MS,
+        reapIntervalMs: e.OPENMA_SANDBOX_REAP_INTERVAL_MS,
+        idleMs: e.OPENMA_SANDBOX_IDLE_MS,
+      },
     },
     model: { baseUrl: e.OPENMA_MODEL_BASE_URL, apiKey: e.OPENMA_MODEL_API_KEY || e.ANTHROPIC_API_KEY },
     blobs: blobEnvOf(e),

@@ -18,7 +18,7 @@ import { MIN_NODE_MAJOR } from "./node-version.ts";
 export type CheckStatus = "ok" | "missing" | "warn" | "skipped";
 
 export interface DoctorCheck {
-  id: "node" | "sqlite" | "postgres" | "bubblewrap" | "docker" | "images" | "cgroups" | `sandbox:${string}`;
+  id: "node" | "sqlite" | "postgres" | "bubblewrap" | "docker" | "images" | "cgroups" | "sandboxes" | `sandbox:${string}`;
   status: CheckStatus;
   /** One line on what was found. */
   detail: string;
@@ -378,7 +378,10 @@ export async function runDoctor(options: DoctorOptions = {}): Promise<DoctorRepo
   // Cloud drivers in use (selected, or with credentials present): their variables, and one real call.
   const { checkRemoteSandboxes } = await import("./remote-sandboxes.ts");
   const remote = await checkRemoteSandboxes(env, timeoutMs);
-  return summarize([checkNode(), sqlite, postgres, bubblewrap, docker, images, cgroups, ...remote]);
+  // Session sandboxes per driver (owned, idle, orphaned) in the database the server would use.
+  const { checkSandboxOwnership } = await import("./sandbox-owners.ts");
+  const sandboxes = await checkSandboxOwnership(env, timeoutMs);
+  return summarize([checkNode(), sqlite, postgres, bubblewrap, docker, images, cgroups, ...remote, sandboxes]);
 }
 
 /**

@@ -95,9 +95,9 @@ export function openRemoteDriver(name: RemoteSandboxName, env: Env, options: Rem
 export async function openRemoteServeSandboxes(
   name: RemoteSandboxName,
   env: Env,
-  options: Pick<ServeSandboxOptions, "dataDir" | "logger" | "scheduler" | "idleMs">,
+  options: Pick<ServeSandboxOptions, "dataDir" | "logger" | "scheduler" | "idleMs" | "ownership">,
 ): Promise<ServeSandboxes> {
-  const driver = await openRemoteDriver(name, env, { namePrefix: "openma-serve" });
+  const driver = await openRemoteDriver(name, env, { namePrefix: "openma-serve", labels: options.ownership?.labels });
   const backend: SandboxBackend = { name, sandbox: driver, toolSandbox: (lease) => driver.toolSandbox(lease), needsTraversal: false };
   options.logger.info({ sandbox: name }, "sandbox tools run in per-session cloud sandboxes");
   const sandboxes = sessionSandboxes(backend, options);

@@ -41,6 +41,7 @@ import { NO_SANDBOX_DRIVER } from "@openma/harness";
 import { realScheduler, type Scheduler } from "@openma/time";
 import { checkBubblewrap } from "./doctor.ts";
 import type { Provisioner } from "./provision.ts";
+import type { OwnerHandle, ServeOwnership } from "./sandbox-owners.ts";
 
 export const SANDBOX_CHOICES = ["auto", "bubblewrap", "docker", "none"] as const;
 export type SandboxChoice = (typeof SANDBOX_CHOICES)[number];
@@ -121,17 +122,21 @@ export interface SandboxBackend {
   needsTraversal: boolean;
 }
 
-export async function openBackend(selection: Exclude<SandboxSelection, { type: "none" }>): Promise<SandboxBackend> {
+/** `labels`: ownership labels every sandbox carries and the driver lists by (the serve lane's deployment). */
+export async function openBackend(
+  selection: Exclude<SandboxSelection, { type: "none" }>,
+  labels: Readonly<Record<string, string>> = {},
+): Promise<SandboxBackend> {
   if (selection.type === "bubblewrap") {
     const { BubblewrapSandbox } = await import("@openma/driver-bubblewrap");
-    const sandbox = new BubblewrapSandbox(serveNodeRuntime());
+    const sandbox = new BubblewrapSandbox({ ...serveNodeRuntime(), labels });
     // Records of sandboxes whose processes died with an earlier server (a crash, kill -9):
     // only dead runtimes are removed, so another live server on this host is untouched.
     await sandbox.reapLeftovers().catch(() => 0);
     return { name: "bubblewrap", sandbox, toolSandbox: (lease) => sandbox.toolSandbox(lease), needsTraversal: true };
   }
   const { NodeDockerSandbox } = await import("@openma/driver-node-docker");
-  const sandbox = new NodeDockerSandbox({ image: selection.image, namePrefix: "openma-serve" });
+  const sandbox = new NodeDockerSandbox({ image: selection.image, namePrefix: "openma-serve", labels });
   return { name: "docker", sandbox, toolSandbox: (lease) => sandbox.toolSandbox(lease), needsTraversal: false };
 }
 
@@ -178,6 +183,8 @@ export interface ServeSandboxOptions {
   idleMs?: number;
   /** Installs bubblewrap when no driver is usable (first start on a fresh machine); absent: never. */
   provisioner?: Provisioner | undefined;
+  /** Owner records, leases and the reaper (sandbox-owners.ts); absent: sandboxes live only in this process's memory. */
+  ownership?: ServeOwnership | undefined;
 }
 
 /**
@@ -201,7 +208,7 @@ export async function openServeSandboxes(options: ServeSandboxOptions): Promise<
     if (selection.warn) options.logger.warn({ sandbox: options.choice }, selection.reason);
     return failClosed(selection.reason);
   }
-  const backend = await openBackend(selection);
+  const backend = await openBackend(selection, options.ownership?.labels);
   options.logger.info({ sandbox: backend.name }, "sandbox tools run in per-session sandboxes");
   return sessionSandboxes(backend, options);
 }
@@ -234,6 +241,8 @@ interface Held {
   fence: FenceIdentity;
   lease: ManagedSandboxLease;
   port: ToolSandboxPort;
+  /** The owner record, when the server keeps them. */
+  owner: OwnerHandle | null;
 }
 
 interface Entry {
@@ -241,10 +250,15 @@ interface Entry {
   cancelIdle: () => void;
 }
 
-/** The resolver over one backend: one cached sandbox per session, terminated when idle or on close. */
+/**
+ * The resolver over one backend: one cached sandbox per session, terminated
+ * when idle or on close. With `ownership`, every sandbox has an owner record
+ * whose lease this server renews, and a reaper over the backend ends what
+ * dead or idle owners left (sandbox-owners.ts).
+ */
 export function sessionSandboxes(
   backend: SandboxBackend,
-  options: Pick<ServeSandboxOptions, "dataDir" | "logger" | "scheduler" | "idleMs">,
+  options: Pick<ServeSandboxOptions, "dataDir" | "logger" | "scheduler" | "idleMs" | "ownership">,
 ): ServeSandboxes {
   const scheduler = options.scheduler ?? realScheduler;
   const idleMs = options.idleMs ?? 30 * 60_000;
@@ -256,6 +270,8 @@ export function sessionSandboxes(
   const released = new Set<string>();
   let acquisitions = 0;
   let closed = false;
+  const ownership = options.ownership;
+  const reaper = ownership?.startReaper(backend.sandbox) ?? null;
 
   /** Why no sandbox may be handed out for this session now, or null. */
   const refusal = (sessionId: string): string | null => {
@@ -282,6 +298,10 @@ export function sessionSandboxes(
       .terminate({ scope: held.scope, fence: held.fence, lease: held.lease, reason, signal })
       .catch((err: unknown) => ({ type: "failed" as const, error: String(err) }));
     if (result.type === "failed") options.logger.warn({ sessionId, error: result.error }, "terminating a session sandbox failed");
+    // Gone: the record goes too. Still there: the lease lapses now and a reaper kills it (or parks it as an orphan).
+    await (result.type === "failed" ? held.owner?.abandon() : held.owner?.release())?.catch((err: unknown) =>
+      options.logger.warn({ sessionId, error: String(err) }, "ending a session sandbox's owner record failed"),
+    );
   };
 
   const terminate = (sessionId: string, entry: Entry, reason: SandboxStopReason): Promise<void> => {
@@ -310,9 +330,26 @@ export function sessionSandboxes(
 
   const acquire = async (request: SandboxRequest): Promise<Held | { reason: string }> => {
     const scope = { environmentId: request.environmentId, sessionId: request.sessionId };
+    // The record comes first: no sandbox of this lane ever exists without an owner record naming it.
+    const owner = (await ownership?.claim(scope, backend.sandbox.capabilities.provider, idleMs)) ?? null;
+    try {
+      const held = await start(request, scope, owner);
+      if ("reason" in held) await owner?.release();
+      return held;
+    } catch (err) {
+      await owner?.release().catch(() => {});
+      throw err;
+    }
+  };
+
+  const start = async (
+    request: SandboxRequest,
+    scope: RuntimeResourceScope,
+    owner: OwnerHandle | null,
+  ): Promise<Held | { reason: string }> => {
     const fence: FenceIdentity = {
       scope,
-      ownerId: `serve-${boot}-${++acquisitions}`,
+      ownerId: owner?.id ?? `serve-${boot}-${++acquisitions}`,
       generation: 1,
       expiresAt: Date.now() + 3650 * 86_400_000,
     };
@@ -337,7 +374,14 @@ export function sessionSandboxes(
       signal: request.signal,
     });
     if (result.type !== "acquired") return { reason: `the session's ${backend.name} sandbox could not be started: ${result.reason}` };
-    return { scope, fence, lease: result.lease, port: backend.toolSandbox(result.lease) };
+    if (owner !== null && !(await owner.attach(result.lease))) {
+      // The record was taken while the sandbox started (this server lost its lease): that sandbox is a reaper's now.
+      await backend.sandbox
+        .terminate({ scope, fence, lease: result.lease, reason: "failed", signal: AbortSignal.timeout(30_000) })
+        .catch(() => {});
+      return { reason: `the session's ${backend.name} sandbox lost its owner record while starting; the next tool call starts another` };
+    }
+    return { scope, fence, lease: result.lease, port: backend.toolSandbox(result.lease), owner };
   };
 
   /** The cached sandbox when it still runs; a dead one is replaced (its files stay in the host workspace). */
@@ -347,7 +391,10 @@ export function sessionSandboxes(
     const beat = await backend.sandbox
       .heartbeat({ scope: held.scope, fence: held.fence, lease: held.lease, signal: request.signal })
       .catch(() => ({ type: "lost" as const }));
-    return beat.type === "alive" ? held : null;
+    if (beat.type !== "alive") return null;
+    // Its owner lease lost or its stored idle deadline passed: a reaper may be killing it, so it is not used again.
+    if (held.owner !== null && !(await held.owner.touch(idleMs))) return null;
+    return held;
   };
 
   return {
@@ -388,6 +435,7 @@ export function sessionSandboxes(
     },
     async close() {
       closed = true;
+      await reaper?.stop();
       for (const [sessionId, entry] of [...entries]) void terminate(sessionId, entry, "cancelled");
       await Promise.all([...stopping.values()]);
     },

@@ -19,6 +19,7 @@ import { hostProvisioner } from "./provision.ts";
 import { isRemoteSandbox, openRemoteServeSandboxes } from "./remote-sandboxes.ts";
 import { startConfiguredRuntimeHost } from "./runtime-host.ts";
 import { type AvailabilityProbes, openServeSandboxes, type ServeSandboxes } from "./sandbox.ts";
+import { openServeOwnership } from "./sandbox-owners.ts";
 import { loadSecretKeys, type SecretKeys } from "./secret-key.ts";
 import { followSessionClosures, type SessionClosures } from "./session-closures.ts";
 import { VERSION } from "./version.ts";
@@ -189,9 +190,12 @@ async function startBrain(config: ServerConfig, deps: ApiDeps, probes: Availabil
   // Tests that inject probes describe a machine; only the real one is ever provisioned.
   const provisioner = config.brain.autoProvision && probes === undefined ? hostProvisioner({ output: process.stderr }) : undefined;
   const choice = config.brain.sandbox;
+  // Owner records and the reaper: what a crashed server leaves is ended by the next one (docs/serve-sandboxes.md).
+  const ownership = await openServeOwnership(deps.storage, config.brain.sandboxes, deps.logger);
+  const common = { dataDir: config.dataDir, logger: deps.logger, idleMs: config.brain.sandboxes.idleMs, ownership };
   const sandboxes = isRemoteSandbox(choice)
-    ? await openRemoteServeSandboxes(choice, process.env, { dataDir: config.dataDir, logger: deps.logger })
-    : await openServeSandboxes({ choice, dataDir: config.dataDir, logger: deps.logger, probes, provisioner });
+    ? await openRemoteServeSandboxes(choice, process.env, common)
+    : await openServeSandboxes({ choice, ...common, probes, provisioner });
   const runner = harnessRunner({
     storage: deps.storage,
     clock: deps.clock,
@@ -211,6 +215,7 @@ async function startBrain(config: ServerConfig, deps: ApiDeps, probes: Availabil
     concurrency: config.brain.concurrency,
     leaseTtlMs: config.brain.leaseTtlMs,
     pollIntervalMs: config.brain.pollIntervalMs,
+    maxAttempts: config.brain.maxAttempts,
     ownerPrefix: `pid${process.pid}`,
     // The harness watches its session while it waits and records what an interrupt did to the call in flight.
     abortOnInterrupt: false,

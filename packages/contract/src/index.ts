@@ -12,6 +12,7 @@ export * from "./inventory.ts";
 export * from "./json.ts";
 export * from "./orphan.ts";
 export * from "./outputs.ts";
+export * from "./ownership.ts";
 export * from "./plan.ts";
 export * from "./process.ts";
 export * from "./profile.ts";

@@ -17,4 +17,10 @@ export interface TurnRunner {
   runTurn(sessionId: string, signal: AbortSignal): Promise<TurnOutcome>;
   /** True when the log has input the agent has not answered yet. */
   needsTurn(sessionId: string): Promise<boolean>;
+  /**
+   * The worker gave the turn up (its attempts ran out): record that in the
+   * session (an error, then idle) so it does not stay `running` forever.
+   * Idempotent per claim `generation`.
+   */
+  giveUp(sessionId: string, input: { error: string; attempts: number; generation: number }): Promise<void>;
 }

@@ -36,6 +36,15 @@ class ControlledRunner implements TurnRunner {
     return this.wants.get(sessionId) ?? true;
   }
 
+  readonly gaveUp: Array<{ sessionId: string; error: string; attempts: number; generation: number }> = [];
+  giveUpFails = false;
+
+  async giveUp(sessionId: string, input: { error: string; attempts: number; generation: number }): Promise<void> {
+    if (this.giveUpFails) throw new Error("database went away");
+    this.gaveUp.push({ sessionId, ...input });
+    this.wants.set(sessionId, false);
+  }
+
   runTurn(sessionId: string, signal: AbortSignal): Promise<TurnOutcome> {
     if (this.throwing) return Promise.reject(new Error("model port exploded"));
     return new Promise<TurnOutcome>((resolve, reject) => {
@@ -293,6 +302,18 @@ describe.each(BACKENDS)("execution worker on %s", (dialect) => {
     clock.advance(1_000);
     expect(await recorder.until(ended(id), 2)).toMatchObject({ result: { type: "threw" }, releasedAs: "idle" });
     expect(await row(id)).toMatchObject({ state: "idle", attempts: 0 });
+    // The session is told: the runner records the give-up (an error, then idle) under the last claim.
+    expect(runner.gaveUp).toEqual([{ sessionId: id, error: "model port exploded", attempts: 2, generation: 2 }]);
+  });
+
+  it("still releases a given-up turn when recording the give-up fails", async () => {
+    runner.throwing = true;
+    runner.giveUpFails = true;
+    startWorker({ maxAttempts: 1, retryBackoffMs: () => 1_000 });
+    const id = await newSession();
+    await send(id);
+    expect(await recorder.until(ended(id))).toMatchObject({ result: { type: "threw" }, releasedAs: "idle" });
+    expect(runner.gaveUp).toEqual([]);
   });
 
   it("settles a failed turn that answered its input, and retries one that did not", async () => {

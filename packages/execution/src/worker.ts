@@ -239,6 +239,7 @@ export class ExecutionWorker {
       return;
     }
     store.disposition = await this.#dispositionFor(sessionId, claim, result);
+    if (store.disposition.type === "give_up") await this.#giveUp(sessionId, claim, store.disposition.error);
     const end = await held.release();
     const releasedAs = end.type === "released" ? (store.releasedAs ?? null) : null;
     if (result.type === "gave_up" || result.type === "threw") {
@@ -315,6 +316,14 @@ export class ExecutionWorker {
       case "lease_lost":
         throw new Error("unreachable: a lost lease is not released");
     }
+  }
+
+  /** Still under the lease: the session's log says the turn ended in an error, so it is not left `running`. */
+  async #giveUp(sessionId: string, claim: ExecutionClaim, error: string): Promise<void> {
+    const attempts = Math.min(claim.attempts, this.#maxAttempts);
+    await this.#runner.giveUp(sessionId, { error, attempts, generation: claim.generation }).catch((err: Error) => {
+      this.#log.error({ session_id: sessionId, err: err.message }, "recording a given-up turn failed");
+    });
   }
 
   #retry(claim: ExecutionClaim, error: string): ReleaseDisposition {

@@ -12,12 +12,16 @@ export async function every(
   signal: AbortSignal,
   task: () => Promise<unknown>,
   onError: (err: unknown) => void,
+  /** Run the task once at once, before the first interval (a start-up pass). */
+  immediate = false,
 ): Promise<void> {
-  for (;;) {
-    try {
-      await scheduler.sleep(intervalMs, signal);
-    } catch {
-      return;
+  for (let first = true; ; first = false) {
+    if (!(first && immediate)) {
+      try {
+        await scheduler.sleep(intervalMs, signal);
+      } catch {
+        return;
+      }
     }
     try {
       await task();
@@ -25,5 +29,28 @@ export async function every(
       // A task cut short by the loop's own stop is not an error worth reporting.
       if (!signal.aborted) onError(err);
     }
+  }
+}
+
+/** Loops started together and stopped together: `start` is idempotent, `stop` waits for the tasks in flight. */
+export class Periodic {
+  #stop: AbortController | null = null;
+  #loops: Array<Promise<void>> = [];
+
+  get running(): boolean {
+    return this.#stop !== null;
+  }
+
+  start(loops: (signal: AbortSignal) => Array<Promise<void>>): void {
+    if (this.#stop) return;
+    this.#stop = new AbortController();
+    this.#loops = loops(this.#stop.signal);
+  }
+
+  async stop(): Promise<void> {
+    this.#stop?.abort();
+    this.#stop = null;
+    await Promise.all(this.#loops);
+    this.#loops = [];
   }
 }

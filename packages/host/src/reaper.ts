@@ -7,7 +7,7 @@
  */
 import type { OrphanReaper, OrphanReconcileReport, RuntimeOrphanPort } from "@openma/contract";
 import type { Scheduler } from "@openma/time";
-import { every } from "./every.ts";
+import { every, Periodic } from "./every.ts";
 
 export interface RuntimeReaperOptions {
   orphans: RuntimeOrphanPort;
@@ -24,32 +24,27 @@ export interface RuntimeReaperOptions {
 
 export class RuntimeReaper {
   readonly #options: RuntimeReaperOptions;
-  #stop: AbortController | null = null;
-  #loops: Array<Promise<void>> = [];
+  readonly #periodic = new Periodic();
 
   constructor(options: RuntimeReaperOptions) {
     this.#options = options;
   }
 
   get running(): boolean {
-    return this.#stop !== null;
+    return this.#periodic.running;
   }
 
   start(): void {
-    if (this.#stop) return;
-    const stop = new AbortController();
     const { scheduler, intervalMs, gc, onError = () => {} } = this.#options;
-    this.#stop = stop;
-    this.#loops = [every(scheduler, intervalMs, stop.signal, () => this.reconcileOnce(stop.signal), onError)];
-    if (gc) this.#loops.push(every(scheduler, gc.intervalMs, stop.signal, () => gc.run(stop.signal), onError));
+    this.#periodic.start((signal) => [
+      every(scheduler, intervalMs, signal, () => this.reconcileOnce(signal), onError),
+      ...(gc ? [every(scheduler, gc.intervalMs, signal, () => gc.run(signal), onError)] : []),
+    ]);
   }
 
   /** Stops scheduling and waits for the pass in flight. */
-  async stop(): Promise<void> {
-    this.#stop?.abort();
-    this.#stop = null;
-    await Promise.all(this.#loops);
-    this.#loops = [];
+  stop(): Promise<void> {
+    return this.#periodic.stop();
   }
 
   async reconcileOnce(signal: AbortSignal = new AbortController().signal): Promise<OrphanReconcileReport> {

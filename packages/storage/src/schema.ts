@@ -222,6 +222,8 @@ export interface Database {
   runtime_publications: RuntimePublicationRow;
   runtime_orphans: RuntimeOrphanRow;
   session_executions: SessionExecutionRow;
+  sandbox_owners: SandboxOwnerRow;
+  openma_deployment: { id: string };
 }
 
 /** One resource fence per runtime scope (times are epoch ms; refs are canonical JSON). */
@@ -293,4 +295,19 @@ export interface SessionExecutionRow {
   claimed_at_ms: number | null;
   attempts: number;
   last_error: string | null;
+}
+
+/** Owner record of a serve-lane sandbox (migration 0007); times are epoch ms. */
+export interface SandboxOwnerRow {
+  id: string;
+  deployment: string;
+  driver: string;
+  environment_id: string;
+  session_id: string;
+  provider_id: string | null;
+  lease: string | null;
+  created_at_ms: number;
+  last_used_at_ms: number;
+  idle_deadline_at_ms: number;
+  lease_expires_at_ms: number;
 }

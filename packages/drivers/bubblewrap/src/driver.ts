@@ -26,14 +26,18 @@ import { tmpdir } from "node:os";
 import { join, posix } from "node:path";
 import type {
   ExecInput,
+  FenceIdentity,
   ManagedSandboxLease,
   ManagedSandboxPort,
   OrphanReapInput,
   OrphanReapResult,
+  OwnedRuntime,
   SandboxAcquireResult,
   SandboxCapabilities,
   SandboxHeartbeatResult,
   SandboxInspectResult,
+  SandboxInventoryPort,
+  SandboxListResult,
   SandboxSuspendResult,
   SandboxTerminateResult,
   ToolSandboxPort,
@@ -46,7 +50,7 @@ import { baseLayout, type ExtraBind, extraBindIssues, layoutArgs, type MountEntr
 import { CgroupParent, DEFAULT_LIMITS, type LimitEnforcement, limitEnforcement, limitIssues, type ResourceLimits } from "./limits.ts";
 import { isSameLiveProcess, killExact, readStat, waitGone } from "./proc.ts";
 import { seccompProgram } from "./seccomp.ts";
-import { isRuntimeId, PROVIDER, type RuntimeState, readState, runtimeDir, runtimeIdFor, writeState } from "./state.ts";
+import { isRuntimeId, PROVIDER, type RuntimeOwner, type RuntimeState, readState, runtimeDir, runtimeIdFor, writeState } from "./state.ts";
 
 export const PROVISION_HINT = "run `npm run provision`";
 
@@ -55,6 +59,8 @@ export type NetworkOptions = { mode: "none" } | ({ mode: "proxy" } & EgressOptio
 export interface BubblewrapOptions {
   /** Runtime records and private `/tmp` directories (default /run/openma/bwrap as root, else a temp dir). */
   stateRoot?: string;
+  /** Extra ownership labels recorded with every runtime; `listOwned` lists only runtimes carrying them (a serve lane's deployment). */
+  labels?: Readonly<Record<string, string>>;
   /** A root filesystem directory (e.g. /var/lib/openma/rootfs/<tag>) instead of the host's `/usr`. */
   rootfs?: string | null;
   network?: NetworkOptions;
@@ -117,7 +123,7 @@ function hostPathOf(
   return { ok: true, path };
 }
 
-export class BubblewrapSandbox implements ManagedSandboxPort {
+export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPort {
   readonly capabilities: SandboxCapabilities;
   readonly stateRoot: string;
   readonly limits: ResourceLimits;
@@ -264,7 +270,7 @@ export class BubblewrapSandbox implements ManagedSandboxPort {
         return { type: "acquired", lease: leaseOf(existing.state) };
       }
       if (existing) await this.#destroy(existing.state);
-      return this.#start(runtimeId, ready, workspace.path, outputs?.ok ? outputs.path : null, input.signal);
+      return this.#start(runtimeId, ready, workspace.path, outputs?.ok ? outputs.path : null, input.signal, this.#ownerOf(input.fence));
     });
   }
 
@@ -274,6 +280,7 @@ export class BubblewrapSandbox implements ManagedSandboxPort {
     workspace: string,
     outputs: string | null,
     signal: AbortSignal,
+    owner: RuntimeOwner,
   ): Promise<SandboxAcquireResult> {
     const dir = runtimeDir(this.stateRoot, runtimeId);
     const tmpDir = join(dir, "tmp");
@@ -323,6 +330,7 @@ export class BubblewrapSandbox implements ManagedSandboxPort {
       outputs,
       cgroupDir,
       createdAt: Date.now(),
+      owner,
     };
     const live = this.#liveFor(state, ready.seccompFile, mounts, init.child.stdin);
     try {
@@ -508,6 +516,40 @@ export class BubblewrapSandbox implements ManagedSandboxPort {
     const live = isOwnLease(lease) ? await this.#load(lease.runtimeId) : null;
     if (live === null || live.ctx === null) return { ok: false, message: "the sandbox is not running" };
     return spawnInSandbox(live.ctx, { command: input.command, cwd: input.cwd ?? "/workspace", env: input.env });
+  }
+
+  #ownerOf(fence: FenceIdentity): RuntimeOwner {
+    const { scope, ownerId, generation } = fence;
+    return { environmentId: scope.environmentId, sessionId: scope.sessionId, ownerId, generation, labels: { ...this.#options.labels } };
+  }
+
+  /** The runtimes under the state root carrying this instance's labels, with the owner recorded at acquire. */
+  async listOwned(input: { signal: AbortSignal }): Promise<SandboxListResult> {
+    let names: string[];
+    try {
+      names = readdirSync(this.stateRoot);
+    } catch {
+      return { type: "listed", runtimes: [] };
+    }
+    const wanted = Object.entries(this.#options.labels ?? {});
+    const runtimes: OwnedRuntime[] = [];
+    for (const name of names) {
+      if (input.signal.aborted) return { type: "failed", error: "listing aborted", retryable: true };
+      if (!isRuntimeId(name)) continue;
+      const state = await readState(runtimeDir(this.stateRoot, name));
+      const owner = state?.owner;
+      if (state === null || owner === undefined || !wanted.every(([key, value]) => owner.labels[key] === value)) continue;
+      const running = await isSameLiveProcess(state.initPid, state.initStart);
+      runtimes.push({
+        lease: leaseOf(state),
+        scope: { environmentId: owner.environmentId, sessionId: owner.sessionId },
+        ownerId: owner.ownerId,
+        generation: owner.generation,
+        state: running ? "running" : "stopped",
+        createdAt: new Date(state.createdAt).toISOString(),
+      });
+    }
+    return { type: "listed", runtimes };
   }
 
   /** Removes records of runtimes whose processes are gone (e.g. after a host crash); returns how many. */

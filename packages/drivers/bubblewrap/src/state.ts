@@ -25,6 +25,17 @@ export interface RuntimeState {
   outputs: string | null;
   cgroupDir: string | null;
   createdAt: number;
+  /** Who acquired it (absent in records written before ownership was recorded): what `listOwned` reports. */
+  owner?: RuntimeOwner;
+}
+
+/** Ownership marks, as the other drivers write them as labels: ids and labels, never a credential. */
+export interface RuntimeOwner {
+  environmentId: string;
+  sessionId: string;
+  ownerId: string;
+  generation: number;
+  labels: Record<string, string>;
 }
 
 /** Deterministic per (scope, idempotency key): a retried acquire finds the runtime the first attempt started. */
@@ -76,6 +87,19 @@ function isRuntimeState(value: unknown): value is RuntimeState {
     Number.isInteger(state.outerStart) &&
     typeof state.workspace === "string" &&
     (state.outputs === null || typeof state.outputs === "string") &&
-    (state.cgroupDir === null || typeof state.cgroupDir === "string")
+    (state.cgroupDir === null || typeof state.cgroupDir === "string") &&
+    (state.owner === undefined || isOwner(state.owner))
+  );
+}
+
+function isOwner(value: unknown): value is RuntimeOwner {
+  if (typeof value !== "object" || value === null) return false;
+  const owner = value as Partial<RuntimeOwner>;
+  return (
+    [owner.environmentId, owner.sessionId, owner.ownerId].every((id) => typeof id === "string" && id.length > 0) &&
+    Number.isSafeInteger(owner.generation) &&
+    typeof owner.labels === "object" &&
+    owner.labels !== null &&
+    Object.values(owner.labels).every((v) => typeof v === "string")
   );
 }

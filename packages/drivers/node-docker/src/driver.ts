@@ -15,17 +15,21 @@ import { createHash } from "node:crypto";
 import { isAbsolute, normalize } from "node:path";
 import {
   type FenceIdentity,
+  isRuntimeIdentifier,
   type ManagedSandboxLease,
   type ManagedSandboxPort,
   type OrphanReapInput,
   type OrphanReapResult,
   OUTPUTS_MOUNT_PATH,
+  type OwnedRuntime,
   type RuntimeResourceScope,
   runtimeScopeKey,
   type SandboxAcquireResult,
   type SandboxCapabilities,
   type SandboxHeartbeatResult,
   type SandboxInspectResult,
+  type SandboxInventoryPort,
+  type SandboxListResult,
   type SandboxSuspendResult,
   type SandboxTerminateResult,
   type SessionOutputBinding,
@@ -140,7 +144,7 @@ function mountsFor(
   return { ok: true, mounts };
 }
 
-export class NodeDockerSandbox implements ManagedSandboxPort {
+export class NodeDockerSandbox implements ManagedSandboxPort, SandboxInventoryPort {
   readonly capabilities = NODE_DOCKER_SANDBOX_CAPABILITIES;
   readonly docker: Docker;
   readonly #options: NodeDockerSandboxOptions;
@@ -371,6 +375,41 @@ export class NodeDockerSandbox implements ManagedSandboxPort {
     const refused = leaseProblem(lease);
     if (refused) throw new Error(refused);
     return new DockerToolSandbox(this.docker.getContainer(lease.runtimeId), options);
+  }
+
+  /**
+   * The containers this driver made carrying its configured extra labels (a
+   * serve lane's deployment, a runtime host's identity), read back from
+   * their labels: what a reaper judges against the owner records.
+   */
+  async listOwned(input: { signal: AbortSignal }): Promise<SandboxListResult> {
+    try {
+      input.signal.throwIfAborted();
+      const runtimes: OwnedRuntime[] = [];
+      for (const info of await this.listManaged(this.#options.labels)) {
+        const labels = info.Labels ?? {};
+        const name = info.Names?.[0]?.replace(/^\//, "");
+        const scope = { environmentId: labels[LABELS.environment], sessionId: labels[LABELS.session] };
+        const ownerId = labels[LABELS.owner];
+        const generation = Number(labels[LABELS.generation]);
+        if (!name || !isRuntimeIdentifier(scope.environmentId) || !isRuntimeIdentifier(scope.sessionId) || !isRuntimeIdentifier(ownerId))
+          continue;
+        if (!Number.isSafeInteger(generation) || generation < 1) continue;
+        const state = info.State === "running" ? "running" : info.State === "paused" ? "suspended" : "stopped";
+        const createdAt = typeof info.Created === "number" ? new Date(info.Created * 1000).toISOString() : null;
+        runtimes.push({
+          lease: this.#lease(name, info.Id, generation),
+          scope: scope as OwnedRuntime["scope"],
+          ownerId,
+          generation,
+          state,
+          createdAt,
+        });
+      }
+      return { type: "listed", runtimes };
+    } catch (err) {
+      return { type: "failed", error: `docker: ${describeError(err)}`, retryable: true };
+    }
   }
 
   /** Containers this driver made that carry every given label (tests and operators sweep by label). */
