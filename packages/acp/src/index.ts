@@ -44,6 +44,7 @@ export {
   profileById,
   profileFor,
 } from "./profiles.ts";
+export { type ContextOccupancy, type EventDraft, modelRequestEnd, TurnProjection } from "./projection.ts";
 export {
   buildRecoveryPrompt,
   type CanonicalEvent,
@@ -54,6 +55,13 @@ export {
   type RecoveryPromptInput,
   recoveryHistoryLines,
 } from "./recovery-prompt.ts";
+export {
+  type AcpAgentLaunch,
+  AcpSessionRunner,
+  type AcpSessionRunnerOptions,
+  type AcpStartOutcome,
+  type AcpTurnResult,
+} from "./session-runner.ts";
 export {
   type AcpRecoveryReason,
   type AcpResumePlan,

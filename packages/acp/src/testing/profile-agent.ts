@@ -183,6 +183,8 @@ const app = acp
     const live = sessions.get(ctx.params.sessionId);
     if (!live) throw acp.RequestError.resourceNotFound(ctx.params.sessionId);
     const text = ctx.params.prompt.map((b) => (b.type === "text" ? b.text : "")).join("");
+    // "hang" never answers: the test kills the sandbox mid-turn.
+    if (text === "hang") await new Promise(() => {});
     const restored = live.restored;
     record(ctx.params.sessionId, live, text);
     const reply = restored
