@@ -5,9 +5,8 @@
  * the official worker reaches exactly one service and nothing else on the
  * host or the internet. One bridge serves every sandbox of a runtime host.
  */
-import { chmod, mkdir, rm } from "node:fs/promises";
 import { createConnection, createServer, type Server, type Socket } from "node:net";
-import { dirname } from "node:path";
+import { listenOnSandboxSocket } from "@openma/driver-kit";
 
 export interface ApiBridge {
   readonly socketPath: string;
@@ -34,21 +33,12 @@ export async function openApiBridge(options: { socketPath: string; apiUrl: strin
     upstream.on("error", close).on("close", close);
     client.pipe(upstream).pipe(client);
   });
-  // Sandbox processes run as an unprivileged uid: they need search on the directory and write on the socket.
-  await mkdir(dirname(options.socketPath), { recursive: true, mode: 0o755 });
-  await chmod(dirname(options.socketPath), 0o755);
-  await rm(options.socketPath, { force: true });
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(options.socketPath, () => resolve());
-  });
-  await chmod(options.socketPath, 0o666);
+  const listening = await listenOnSandboxSocket(server, options.socketPath);
   return {
     socketPath: options.socketPath,
     async close() {
       for (const socket of sockets) socket.destroy();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-      await rm(options.socketPath, { force: true });
+      await listening.close();
     },
   };
 }

@@ -1,3 +1,5 @@
 /** Small pieces every sandbox driver needs, written once. */
+
+export * from "./sandbox-socket.ts";
 export * from "./shell-files.ts";
 export * from "./tail-buffer.ts";
