@@ -6,6 +6,7 @@ import { sessions } from "./migrations/0003_sessions.ts";
 import { resources } from "./migrations/0004_resources.ts";
 import { runtimeFence } from "./migrations/0005_runtime_fence.ts";
 import { sessionExecution } from "./migrations/0006_session_execution.ts";
+import { sessionActivity } from "./migrations/0015_session_activity.ts";
 
 /** Ordered by name; a new migration is a new file plus one line here. */
 export const migrations: Record<string, Migration> = {
@@ -15,6 +16,7 @@ export const migrations: Record<string, Migration> = {
   "0004_resources": resources,
   "0005_runtime_fence": runtimeFence,
   "0006_session_execution": sessionExecution,
+  "0015_session_activity": sessionActivity,
 };
 
 /**

@@ -222,6 +222,7 @@ export interface Database {
   runtime_publications: RuntimePublicationRow;
   runtime_orphans: RuntimeOrphanRow;
   session_executions: SessionExecutionRow;
+  session_activity: SessionActivityRow;
 }
 
 /** One resource fence per runtime scope (times are epoch ms; refs are canonical JSON). */
@@ -293,4 +294,13 @@ export interface SessionExecutionRow {
   claimed_at_ms: number | null;
   attempts: number;
   last_error: string | null;
+}
+
+/** Time a session spent running (epoch ms from the injected clock); see migration 0015. */
+export interface SessionActivityRow {
+  session_id: string;
+  /** Sum of the closed running intervals. */
+  active_ms: number;
+  /** Start of the open running interval; null while the session is not running. */
+  running_since_ms: number | null;
 }
