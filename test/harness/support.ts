@@ -17,7 +17,7 @@ import {
   type TurnRunnerDeps,
 } from "@openma/harness";
 import { type ScriptedModel, type ScriptInput, startScriptedModel } from "@openma/scripted-model";
-import { type Dialect, newId, systemClock } from "@openma/storage";
+import { type Clock, type Dialect, newId, systemClock } from "@openma/storage";
 import { startTestServer, type TestServer } from "../support/server.ts";
 
 export const MODEL_KEY = "sk-scripted-harness";
@@ -57,14 +57,19 @@ export function modelPort(url: string, sleeps: number[], maxRetries = 3): ModelP
   });
 }
 
-export async function startHarness(dialect: Dialect, script: ScriptInput = [], serverTools: ServerToolExecutor[] = []): Promise<Harness> {
-  const t = await startTestServer(dialect);
+export async function startHarness(
+  dialect: Dialect,
+  script: ScriptInput = [],
+  serverTools: ServerToolExecutor[] = [],
+  opts: { clock?: Clock } = {},
+): Promise<Harness> {
+  const t = await startTestServer(dialect, {}, opts);
   const model = await startScriptedModel({ apiKey: MODEL_KEY, script });
   const driver = new SubprocessSandboxDriver();
   const sleeps: number[] = [];
   const deps: TurnRunnerDeps = {
     storage: t.store.storage,
-    clock: systemClock,
+    clock: opts.clock ?? systemClock,
     ids: newId,
     logger: silentLogger,
     model: modelPort(model.url, sleeps),

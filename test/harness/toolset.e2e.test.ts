@@ -87,10 +87,13 @@ describe.each(BACKENDS)("harness toolset on %s", (dialect) => {
       output_tokens: 20 + 5 * 5 + 3,
       cache_read_input_tokens: 50,
       cache_creation: { ephemeral_5m_input_tokens: 7, ephemeral_1h_input_tokens: 0 },
+      server_tool_use: { web_fetch_requests: 0, web_search_requests: 0 },
+      active_seconds: expect.any(Number),
     });
     const session = await h.t.client.beta.sessions.retrieve(sessionId);
     expect(session.status).toBe("idle");
-    expect(session.usage).toEqual(last?.usage);
+    // The session's usage is the last snapshot, with the running time measured up to the idle.
+    expect({ ...session.usage, active_seconds: 0 }).toEqual({ ...(last?.usage as object), active_seconds: 0 });
 
     // The model saw a well-formed conversation: system prompt, tools, and every result answering its tool_use.
     const lastRequest = h.model.requests.at(-1)?.body as { system: string; tools: Array<{ name: string }>; messages: unknown[] };

@@ -4,7 +4,7 @@
  */
 import Anthropic from "@anthropic-ai/sdk";
 import { silentLogger } from "@openma/api";
-import type { Dialect, SecretBox } from "@openma/storage";
+import type { Clock, Dialect, SecretBox } from "@openma/storage";
 import { openTestStorage, type TestStorage } from "@openma/storage/testing";
 import { loadConfig } from "../../apps/openma/src/config.ts";
 import { loadSecretKeys } from "../../apps/openma/src/secret-key.ts";
@@ -25,7 +25,16 @@ export interface TestServer {
   close(): Promise<void>;
 }
 
-export async function startTestServer(dialect: Dialect, env: Record<string, string> = {}): Promise<TestServer> {
+export interface TestServerOptions {
+  /** The server's clock (default: the system clock). */
+  clock?: Clock;
+}
+
+export async function startTestServer(
+  dialect: Dialect,
+  env: Record<string, string> = {},
+  opts: TestServerOptions = {},
+): Promise<TestServer> {
   const store = await openTestStorage(dialect);
   // The brain is off unless a test asks for it (`OPENMA_BRAIN: "on"`): tests drive turns themselves.
   const config = loadConfig({
@@ -38,7 +47,11 @@ export async function startTestServer(dialect: Dialect, env: Record<string, stri
     OPENMA_AUTO_PROVISION: "off",
     ...env,
   });
-  const server = await startServer(config, { storage: store.storage, logger: silentLogger });
+  const server = await startServer(config, {
+    storage: store.storage,
+    logger: silentLogger,
+    ...(opts.clock ? { deps: { clock: opts.clock } } : {}),
+  });
   const baseURL = server.url;
   const clientWith = (authToken: string) => new Anthropic({ baseURL, apiKey: null, authToken, maxRetries: 0 });
   return {

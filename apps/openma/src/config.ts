@@ -1,6 +1,7 @@
 /** Server configuration from the environment, validated once at start-up. */
 import { resolve } from "node:path";
 import { SELF_HOSTED_BRAIN_VALUES, type SelfHostedBrain } from "@openma/execution/placement";
+import { type PriceTable, priceTableFromEnv } from "@openma/pricing";
 import type { BlobEnv } from "@openma/storage/s3-blobs";
 import { decodeSecretKey } from "@openma/storage/secret-box";
 import { z } from "zod";
@@ -86,6 +87,7 @@ const schema = z.object({
   OPENMA_S3_ACCESS_KEY_ID: z.string().max(256).optional(),
   OPENMA_S3_SECRET_ACCESS_KEY: z.string().max(1024).optional(),
   OPENMA_S3_FORCE_PATH_STYLE: z.enum(["true", "false", "1", "0"]).optional(),
+  OPENMA_PRICE_TABLE: z.string().max(4096).optional(),
 });
 
 export interface ServerConfig {
@@ -116,6 +118,8 @@ export interface ServerConfig {
   };
   /** Upstream Messages API for the harness; without a key sessions fail with a clear `session.error`. Secret: never log. */
   model: { baseUrl: string | undefined; apiKey: string | undefined };
+  /** List prices for `list_cost` and budgets: the defaults, overridden by the JSON file OPENMA_PRICE_TABLE names. */
+  prices: PriceTable;
   /** S3 blob settings when any is set (default: local files). Holds a secret: never log. */
   blobs?: BlobEnv | undefined;
   /** Set when this process serves a self-hosted environment (ama_worker lane). Holds a secret: never log. */
@@ -171,9 +175,18 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
       },
     },
     model: { baseUrl: e.OPENMA_MODEL_BASE_URL, apiKey: e.OPENMA_MODEL_API_KEY || e.ANTHROPIC_API_KEY },
+    prices: pricesOf(e.OPENMA_PRICE_TABLE),
     blobs: blobEnvOf(e),
     runtimeHost: runtimeHostOf(e),
   };
+}
+
+function pricesOf(file: string | undefined): PriceTable {
+  try {
+    return priceTableFromEnv({ OPENMA_PRICE_TABLE: file });
+  } catch (err) {
+    throw new Error(`invalid configuration: ${(err as Error).message}`);
+  }
 }
 
 function isSecretKey(text: string): boolean {

@@ -205,6 +205,7 @@ async function startBrain(config: ServerConfig, deps: ApiDeps, probes: Availabil
     sandboxes,
     secrets: deps.secrets,
     serverTools: [new WebFetchExecutor()],
+    prices: config.prices,
     // MCP connections belong to one session's agent: made per run, closed when it ends.
     sessionTools: (ctx) => createMcpExecutors(ctx.agent),
   });

@@ -7,13 +7,15 @@
  *
  * The session body is kept a projection of the log here, in one place: status
  * events move `status`, `user.define_outcome` opens an outcome evaluation and
- * `session.usage` replaces the cumulative usage.
+ * `session.usage` replaces the cumulative usage; entering and leaving
+ * `running` opens and closes an activity interval (session-activity.ts).
  */
 import { type Database, type SessionRow, toIso } from "@openma/storage";
 import type { Kysely, Transaction } from "kysely";
 import type { ApiDeps } from "./context.ts";
 import { notFound } from "./errors.ts";
 import type { EventDraft, SessionEvent } from "./schemas/events.ts";
+import { recordStatusChange } from "./session-activity.ts";
 
 export type EventLogDeps = Pick<ApiDeps, "storage" | "clock" | "ids"> & Partial<Pick<ApiDeps, "logger">>;
 
@@ -97,7 +99,8 @@ async function appendIn(
   const session = await lockSession(trx, sessionId);
   // Checked under the lock: a concurrent append with the same key has committed or not started.
   const known = await storedByDedupeKey(trx, sessionId, drafts);
-  const processedAt = toIso(deps.clock.now());
+  const nowMs = deps.clock.now();
+  const processedAt = toIso(nowMs);
   let seq = session.last_seq;
   const events: SessionEvent[] = [];
   const appended: SessionEvent[] = [];
@@ -137,6 +140,7 @@ async function appendIn(
     .set(projected ? { last_seq: seq, ...projected } : { last_seq: seq })
     .where("id", "=", sessionId)
     .execute();
+  if (projected) await recordStatusChange(trx, sessionId, session.status === "running", projected.status === "running", nowMs);
   return { events, appended };
 }
 

@@ -16,6 +16,7 @@ import { isDescribedError } from "./server-tools.ts";
 import { exposedNameFor } from "./tools.ts";
 import { runSandboxTool } from "./toolset/index.ts";
 import type { TurnRunnerDeps } from "./turn.ts";
+import { addServerToolUse, usageEventFields } from "./usage.ts";
 import { TurnWatch } from "./watch.ts";
 
 type Content = Array<{ type: "text"; text: string }>;
@@ -90,6 +91,12 @@ export async function actStep(
   const type = toolUse.kind === "mcp" ? "agent.mcp_tool_result" : "agent.tool_result";
   const drafts = [draft(type, fields, `result:${toolUse.id}`)];
   if (result.sessionError) drafts.unshift(draft("session.error", { error: result.sessionError }, `error:${toolUse.id}`));
+  const counter = action.type === "server" ? action.executor.usageCounter : undefined;
+  if (counter) {
+    // The request was made (whatever it returned): counted and priced with the result, in the same append.
+    const usage = await usageEventFields(deps, ctx, addServerToolUse(state.usage, counter));
+    drafts.push(draft("session.usage", usage, `usage:${toolUse.id}`));
+  }
   const landed = await withSession(deps, ctx.sessionId, (tx) => tx.append(drafts));
   if (landed.type === "terminated") return { type: "failed", error: "the session was terminated during the turn" };
   return null;

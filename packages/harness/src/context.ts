@@ -13,6 +13,13 @@ export interface SessionContext {
   envType: string | undefined;
   vaultIds: string[];
   archived: boolean;
+  /** The session's spend ceiling, or null. */
+  budget: SessionBudget | null;
+}
+
+export interface SessionBudget {
+  type: "limit";
+  max_list_cost: { amount: string; currency: string };
 }
 
 export async function loadContext(storage: Storage, sessionId: string): Promise<SessionContext | null> {
@@ -22,7 +29,7 @@ export async function loadContext(storage: Storage, sessionId: string): Promise<
     .where("id", "=", sessionId)
     .executeTakeFirst();
   if (!row) return null;
-  const body = JSON.parse(row.body) as { agent?: SessionAgentView; vault_ids?: string[] };
+  const body = JSON.parse(row.body) as { agent?: SessionAgentView; vault_ids?: string[]; budget?: SessionBudget | null };
   const env = await storage.db
     .selectFrom("environments")
     .select(["config_type", "body"])
@@ -36,6 +43,7 @@ export async function loadContext(storage: Storage, sessionId: string): Promise<
     envType: env?.config_type,
     vaultIds: Array.isArray(body.vault_ids) ? body.vault_ids : [],
     archived: row.archived_at !== null,
+    budget: body.budget ?? null,
   };
 }
 

@@ -5,6 +5,7 @@
  * except what was appended.
  */
 import { readEventsAfter } from "@openma/api";
+import type { BillableUsage } from "@openma/pricing";
 import type { Storage } from "@openma/storage";
 
 export interface LoggedEvent {
@@ -52,12 +53,8 @@ export interface StatusRecord {
   stopReason: { type: string; event_ids?: string[] } | null;
 }
 
-export interface CumulativeUsage {
-  input_tokens: number;
-  output_tokens: number;
-  cache_read_input_tokens: number;
-  cache_creation: { ephemeral_5m_input_tokens: number; ephemeral_1h_input_tokens: number };
-}
+/** The session's cumulative usage (tokens, cache breakdown, server-tool requests), as priced by @openma/pricing. */
+export type CumulativeUsage = BillableUsage;
 
 export interface LogState {
   events: readonly LoggedEvent[];
@@ -114,6 +111,7 @@ function num(v: unknown): number {
 function usageOf(raw: unknown): CumulativeUsage {
   const u = (raw ?? {}) as Record<string, unknown>;
   const creation = (u.cache_creation ?? {}) as Record<string, unknown>;
+  const tools = (u.server_tool_use ?? {}) as Record<string, unknown>;
   return {
     input_tokens: num(u.input_tokens),
     output_tokens: num(u.output_tokens),
@@ -122,6 +120,7 @@ function usageOf(raw: unknown): CumulativeUsage {
       ephemeral_5m_input_tokens: num(creation.ephemeral_5m_input_tokens),
       ephemeral_1h_input_tokens: num(creation.ephemeral_1h_input_tokens),
     },
+    server_tool_use: { web_fetch_requests: num(tools.web_fetch_requests), web_search_requests: num(tools.web_search_requests) },
   };
 }
 

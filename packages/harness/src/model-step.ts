@@ -16,12 +16,13 @@ import type { EventDraft } from "@openma/api";
 import { draft, withSession } from "./append.ts";
 import { modelIdOf, type SessionContext, serverToolContext } from "./context.ts";
 import { buildConversation } from "./conversation.ts";
-import { type CumulativeUsage, failedAttemptsSince, type LogState } from "./log.ts";
-import type { ModelAttempt, ModelFailure, ModelRequest, ModelResponse, ModelUsage } from "./model.ts";
+import { failedAttemptsSince, type LogState } from "./log.ts";
+import type { ModelAttempt, ModelFailure, ModelRequest, ModelResponse } from "./model.ts";
 import { SANDBOX_FREE_REFUSAL, type TurnOutcome } from "./plan.ts";
 import { isDescribedError, type ServerToolExecutor } from "./server-tools.ts";
 import { buildCatalogue, isSandboxTool, type ToolCatalogue } from "./tools.ts";
 import type { TurnRunnerDeps } from "./turn.ts";
+import { addModelUsage, usageEventFields } from "./usage.ts";
 import { TurnWatch, type WatchReason } from "./watch.ts";
 
 const ENDED: TurnOutcome = { type: "failed", error: "the session was terminated during the turn" };
@@ -37,18 +38,6 @@ function spanEnd(key: string, attempt: number, startId: string, isError: boolean
 
 function errorDraft(failure: ModelFailure, retryStatus: "retrying" | "exhausted", key: string): EventDraft {
   return draft("session.error", { error: { type: failure.errorType, message: failure.message, retry_status: { type: retryStatus } } }, key);
-}
-
-function addUsage(prev: CumulativeUsage, u: ModelUsage): CumulativeUsage {
-  return {
-    input_tokens: prev.input_tokens + u.input_tokens,
-    output_tokens: prev.output_tokens + u.output_tokens,
-    cache_read_input_tokens: prev.cache_read_input_tokens + u.cache_read_input_tokens,
-    cache_creation: {
-      ephemeral_5m_input_tokens: prev.cache_creation.ephemeral_5m_input_tokens + u.cache_creation_5m,
-      ephemeral_1h_input_tokens: prev.cache_creation.ephemeral_1h_input_tokens + u.cache_creation_1h,
-    },
-  };
 }
 
 interface ResponsePlan {
@@ -85,7 +74,7 @@ function planResponse(
   response: ModelResponse,
   catalogue: ToolCatalogue,
   sandboxFree: boolean,
-  usage: CumulativeUsage,
+  usageFields: Record<string, unknown>,
 ): ResponsePlan {
   const drafts: EventDraft[] = [];
   const refusals: ResponsePlan["refusals"] = [];
@@ -110,7 +99,7 @@ function planResponse(
     cache_read_input_tokens: u.cache_read_input_tokens,
   };
   drafts.push(spanEnd(key, attempt, startId, false, modelUsage));
-  drafts.push(draft("session.usage", { usage: addUsage(usage, u) }, `${key}:usage`));
+  drafts.push(draft("session.usage", usageFields, `${key}:usage`));
   if (toolUses > 0) return { drafts, refusals, outcome: null };
   const refused = response.stopReason === "refusal";
   drafts.push(
@@ -218,7 +207,8 @@ async function runAttempt(rq: Requested, attempt: number): Promise<AttemptOutcom
 
 async function recordResponse(rq: Requested, attempt: number, startId: string, response: ModelResponse): Promise<TurnOutcome | null> {
   const { deps, ctx, key } = rq;
-  const plan = planResponse(key, attempt, startId, response, rq.catalogue, ctx.envType === "none", rq.state.usage);
+  const usageFields = await usageEventFields(deps, ctx, addModelUsage(rq.state.usage, response.usage));
+  const plan = planResponse(key, attempt, startId, response, rq.catalogue, ctx.envType === "none", usageFields);
   const landed = await withSession(
     deps,
     ctx.sessionId,

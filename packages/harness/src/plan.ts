@@ -10,7 +10,8 @@
  *  3. tool uses nobody here can settle (custom tools, calls awaiting a
  *     confirmation, calls awaiting the self-hosted worker) make the session
  *     idle with `requires_action` listing them (re-emitted when the set shrinks);
- *  4. input the model has not seen (a user message, a tool result) calls the model;
+ *  4. input the model has not seen (a user message, a tool result) calls the
+ *     model, unless the session's budget is spent (then idle, `budget_reached`);
  *  5. otherwise the turn is over: make sure the last status says idle.
  */
 import { createHash } from "node:crypto";
@@ -32,7 +33,7 @@ import { isMcpExecutor, isSandboxTool, type SessionAgentView } from "./tools.ts"
  *   unexpected error (e.g. storage down); a later run may resume it.
  */
 export type TurnOutcome =
-  | { type: "idle"; stopReason: "end_turn" | "requires_action" | "retries_exhausted" | "refusal" }
+  | { type: "idle"; stopReason: "end_turn" | "requires_action" | "retries_exhausted" | "refusal" | "budget_reached" }
   | { type: "waiting_for_hands" }
   | { type: "interrupted" }
   | { type: "failed"; error: string };
@@ -41,7 +42,8 @@ export type StopReason =
   | { type: "end_turn" }
   | { type: "requires_action"; event_ids: string[] }
   | { type: "retries_exhausted" }
-  | { type: "refusal" };
+  | { type: "refusal" }
+  | { type: "budget_reached" };
 
 export type Action = { type: "sandbox" } | { type: "server"; executor: ServerToolExecutor } | { type: "refuse"; message: string };
 
@@ -58,6 +60,8 @@ export interface PlanContext {
   archived: boolean;
   agent: SessionAgentView;
   executors: readonly ServerToolExecutor[];
+  /** Whether the session's budget still allows a model call (usage.ts); `needsTurn` may leave it out. */
+  budget?: "ok" | "reached" | "unpriced";
 }
 
 export const SANDBOX_FREE_REFUSAL =
@@ -91,7 +95,8 @@ function dispose(t: ToolUseRecord, state: LogState, ctx: PlanContext): Dispositi
 }
 
 function settledIdle(stopReason: string | undefined): TurnOutcome {
-  if (stopReason === "retries_exhausted" || stopReason === "refusal") return { type: "idle", stopReason };
+  if (stopReason === "retries_exhausted" || stopReason === "refusal" || stopReason === "budget_reached")
+    return { type: "idle", stopReason };
   return { type: "idle", stopReason: "end_turn" };
 }
 
@@ -124,7 +129,16 @@ export function planStep(state: LogState, ctx: PlanContext): Step {
       dedupeKey: `idle:requires_action:${digest}`,
     };
   }
-  if (state.lastInputSeq > Math.max(state.lastResponseEndSeq, state.lastIdleSeq, state.lastInterruptSeq)) return { kind: "call_model" };
+  if (state.lastInputSeq > Math.max(state.lastResponseEndSeq, state.lastIdleSeq, state.lastInterruptSeq)) {
+    if (ctx.budget === undefined || ctx.budget === "ok") return { kind: "call_model" };
+    // The spend so far has reached the ceiling: the turn ends here, before the model call.
+    return {
+      kind: "idle",
+      stopReason: { type: "budget_reached" },
+      outcome: { type: "idle", stopReason: "budget_reached" },
+      dedupeKey: `idle:budget_reached:${state.lastSeq}`,
+    };
+  }
   const interrupted = state.lastInterruptSeq > state.lastIdleSeq;
   if (last?.status === "idle" && last.stopReason?.type !== "requires_action")
     return { kind: "settled", outcome: settledIdle(last.stopReason?.type) };

@@ -53,6 +53,11 @@ export interface ServerToolExecutor {
     ctx: ServerToolContext,
     signal: AbortSignal,
   ): Promise<{ content: Array<{ type: "text"; text: string }>; isError: boolean }>;
+  /**
+   * Optional: the `usage.server_tool_use` counter each executed call bumps
+   * (e.g. `web_fetch_requests`); priced by the list price table.
+   */
+  readonly usageCounter?: "web_fetch_requests" | "web_search_requests";
   /** Optional: the binding of an exposed name listed by `listTools` (absent: the exposed name is the tool's name). */
   binding?(exposedName: string): ServerToolBinding | undefined;
 }

@@ -18,18 +18,20 @@
  * The caller (the execution queue) guarantees one runner per session at a
  * time; if two ever overlap, the dedupe keys still keep the log consistent.
  */
-import type { Logger } from "@openma/api";
+import type { EventDraft, Logger } from "@openma/api";
 import type { SandboxResolver } from "@openma/contract";
+import type { PriceTable } from "@openma/pricing";
 import type { Clock, IdFactory, SecretBox, Storage } from "@openma/storage";
 import { actStep } from "./actions.ts";
 import { draft, withSession } from "./append.ts";
-import { loadContext, type SessionContext, serverToolContext } from "./context.ts";
+import { loadContext, modelIdOf, type SessionContext, serverToolContext } from "./context.ts";
 import { type LoggedEvent, type LogState, readNewEvents, scanLog } from "./log.ts";
 import type { ModelPort } from "./model.ts";
 import { modelStep } from "./model-step.ts";
 import { planStep, type Step, type TurnOutcome } from "./plan.ts";
 import { credentialHostErrors } from "./server-tools/vault-credentials.ts";
 import type { ServerToolContext, ServerToolExecutor, SessionToolSet } from "./server-tools.ts";
+import { type BudgetState, budgetState } from "./usage.ts";
 
 export type { TurnOutcome } from "./plan.ts";
 
@@ -50,13 +52,21 @@ export interface TurnRunnerDeps {
   sessionTools?: (ctx: ServerToolContext) => SessionToolSet;
   /** The server's vault key, handed to server tools that use vault credentials. */
   secrets?: SecretBox | undefined;
+  /** List prices for `list_cost` and budgets (default: `@openma/pricing`'s public list prices). */
+  prices?: PriceTable | undefined;
 }
 
 /** A guard against a planner bug looping forever; a real turn never gets near it. */
 const MAX_STEPS = 10_000;
 
-function plan(state: LogState, ctx: SessionContext, executors: readonly ServerToolExecutor[]): Step {
-  return planStep(state, { envType: ctx.envType, archived: ctx.archived, agent: ctx.agent, executors });
+function plan(state: LogState, ctx: SessionContext, executors: readonly ServerToolExecutor[], budget?: BudgetState): Step {
+  return planStep(state, { envType: ctx.envType, archived: ctx.archived, agent: ctx.agent, executors, budget });
+}
+
+/** Why a budget on an unpriced model stops the turn (once per stop, with the idle). */
+function unpricedBudgetError(ctx: SessionContext, key: string): EventDraft {
+  const message = `this session has a budget, but no list price is known for model ${JSON.stringify(modelIdOf(ctx.agent))}, so its cost cannot be tracked; the operator can add the model to the price table (OPENMA_PRICE_TABLE), or the budget can be removed`;
+  return draft("session.error", { error: { type: "unknown_error", message, retry_status: { type: "exhausted" } } }, `${key}:error`);
 }
 
 /** `session.status_running` before the turn does work, unless the log already says running. False when the session ended. */
@@ -140,7 +150,8 @@ async function runSteps(
     await readNewEvents(deps.storage, sessionId, events);
     const state = scanLog(events);
     const executors = executorsFor(ctx);
-    const next = plan(state, ctx, executors);
+    const budget = budgetState(deps.prices, ctx, state.usage);
+    const next = plan(state, ctx, executors, budget);
     let outcome: TurnOutcome | null = null;
     switch (next.kind) {
       case "terminated":
@@ -149,7 +160,9 @@ async function runSteps(
         return next.outcome;
       case "idle": {
         const stop = draft("session.status_idle", { stop_reason: next.stopReason, stop_details: null }, next.dedupeKey);
-        const r = await withSession(deps, sessionId, (tx) => tx.append([stop]));
+        const drafts =
+          next.stopReason.type === "budget_reached" && budget === "unpriced" ? [unpricedBudgetError(ctx, next.dedupeKey), stop] : [stop];
+        const r = await withSession(deps, sessionId, (tx) => tx.append(drafts));
         return r.type === "terminated" ? TERMINATED(sessionId) : next.outcome;
       }
       case "act":

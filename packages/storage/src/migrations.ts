@@ -7,6 +7,7 @@ import { resources } from "./migrations/0004_resources.ts";
 import { runtimeFence } from "./migrations/0005_runtime_fence.ts";
 import { sessionExecution } from "./migrations/0006_session_execution.ts";
 import { sandboxOwners } from "./migrations/0007_sandbox_owners.ts";
+import { sessionActivity } from "./migrations/0015_session_activity.ts";
 
 /** Ordered by name; a new migration is a new file plus one line here. */
 export const migrations: Record<string, Migration> = {
@@ -17,6 +18,7 @@ export const migrations: Record<string, Migration> = {
   "0005_runtime_fence": runtimeFence,
   "0006_session_execution": sessionExecution,
   "0007_sandbox_owners": sandboxOwners,
+  "0015_session_activity": sessionActivity,
 };
 
 /**

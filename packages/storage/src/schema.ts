@@ -224,6 +224,7 @@ export interface Database {
   session_executions: SessionExecutionRow;
   sandbox_owners: SandboxOwnerRow;
   openma_deployment: { id: string };
+  session_activity: SessionActivityRow;
 }
 
 /** One resource fence per runtime scope (times are epoch ms; refs are canonical JSON). */
@@ -310,4 +311,13 @@ export interface SandboxOwnerRow {
   last_used_at_ms: number;
   idle_deadline_at_ms: number;
   lease_expires_at_ms: number;
+}
+
+/** Time a session spent running (epoch ms from the injected clock); see migration 0015. */
+export interface SessionActivityRow {
+  session_id: string;
+  /** Sum of the closed running intervals. */
+  active_ms: number;
+  /** Start of the open running interval; null while the session is not running. */
+  running_since_ms: number | null;
 }

@@ -35,6 +35,7 @@ import {
   sessionListQuery,
   sessionUpdateSchema,
 } from "../schemas/session.ts";
+import { loadActivities, loadActivity, NEVER_RAN, withActivity } from "../session-activity.ts";
 import { ensureSessionWork, stopSessionWork } from "../session-work.ts";
 import { limitBody, MB } from "../uploads.ts";
 import { fromJson, newIdFor, nowIso, pathId } from "../util.ts";
@@ -138,6 +139,12 @@ export async function checkRubricFiles(
   for (const [i, e] of events.entries()) {
     if (e.rubric?.type === "file" && e.rubric.file_id) await checkFile(db, e.rubric.file_id, `${root}[${i}].rubric.file_id`);
   }
+}
+
+/** The stored session with its live activity times (usage.active_seconds, stats). */
+async function present(c: Context<AppEnv>, session: Session): Promise<Session> {
+  const deps = c.get("deps");
+  return withActivity(session, await loadActivity(deps.storage.db, session.id), deps.clock.now());
 }
 
 type ResourceInsert = Omit<SessionResourceRow, "session_id">;
@@ -258,7 +265,7 @@ async function createSession(c: Context<AppEnv>): Promise<Session> {
   if (drafts.length) await notifySession(deps, session.id);
   if (result.work?.created) await notifyWorkers(c, env.id);
   if (result.turn) await notifyExecution(c);
-  return fromJson<Session>(result.body);
+  return present(c, fromJson<Session>(result.body));
 }
 
 async function updateSession(c: Context<AppEnv>, id: string): Promise<Session> {
@@ -282,7 +289,7 @@ async function updateSession(c: Context<AppEnv>, id: string): Promise<Session> {
     return { session: plan.next, appended: changed };
   });
   if (result.appended) await notifySession(deps, id);
-  return result.session;
+  return present(c, result.session);
 }
 
 const LIKE_SPECIAL = /[\\%_]/g;
@@ -336,7 +343,15 @@ async function listSessions(c: Context<AppEnv>) {
     );
   }
   const rows = await query.execute();
-  const page = pageOf(rows, q.limit, sessionKey, (row) => fromJson<Session>(row.body));
+  const activities = await loadActivities(
+    c.get("deps").storage.db,
+    rows.map((r) => r.id),
+  );
+  const now = c.get("deps").clock.now();
+  const page = pageOf(rows, q.limit, sessionKey, (row) => {
+    const session = fromJson<Session>(row.body);
+    return withActivity(session, activities.get(session.id) ?? NEVER_RAN, now);
+  });
   const served = rows.slice(0, q.limit);
   const first = served[0];
   const last = served[served.length - 1];
@@ -385,7 +400,7 @@ async function archiveSession(c: Context<AppEnv>, id: string): Promise<Session> 
   if (result.appended) await notifySession(deps, id);
   await notifyWorkers(c, result.session.environment_id);
   await sessionClosed(c, id, "archived");
-  return result.session;
+  return present(c, result.session);
 }
 
 /**
@@ -416,6 +431,7 @@ async function deleteSession(c: Context<AppEnv>, id: string): Promise<void> {
     await forgetSession(trx, id);
     await trx.deleteFrom("session_events").where("session_id", "=", id).execute();
     await trx.deleteFrom("session_resources").where("session_id", "=", id).execute();
+    await trx.deleteFrom("session_activity").where("session_id", "=", id).execute();
     await trx.deleteFrom("sessions").where("id", "=", id).execute();
     return row.environment_id;
   });
@@ -440,7 +456,7 @@ export function sessionRoutes(): Hono<AppEnv> {
 
   r.get("/:session_id", async (c) => {
     const row = await readableSession(c, pathId(c, "session_id"));
-    return c.json(fromJson<Session>(row.body));
+    return c.json(await present(c, fromJson<Session>(row.body)));
   });
 
   r.post("/:session_id", limitBody(MB, "request body"), async (c) => {

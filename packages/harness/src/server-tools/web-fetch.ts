@@ -158,6 +158,7 @@ interface HopResponse {
 
 export class WebFetchExecutor implements ServerToolExecutor {
   readonly id = "web_fetch";
+  readonly usageCounter = "web_fetch_requests" as const;
   private readonly resolve: (hostname: string) => Promise<ResolvedAddress[]>;
   private readonly addresses: AddressPolicy;
   private readonly timeoutMs: number;
