@@ -2,6 +2,7 @@
 import type { SelfHostedBrain } from "@openma/execution/placement";
 import type { Clock, IdFactory, SecretBox, Storage } from "@openma/storage";
 import type { Credential } from "./auth.ts";
+import type { TransferSettings } from "./transfers.ts";
 
 export interface Logger {
   info(obj: object, msg?: string): void;
@@ -42,6 +43,8 @@ export interface ApiDeps {
    * secrets are written as plaintext JSON and sealed ones cannot be read.
    */
   secrets?: SecretBox | undefined;
+  /** Buffers, limits and concurrency of large uploads and downloads (transfers.ts); default: built-in values. */
+  transfers?: TransferSettings | undefined;
 }
 
 /** Published on the change bus after a session is archived or deleted. */
