@@ -47,6 +47,12 @@ const schema = z.object({
     .min(1)
     .max(5 * 1024 * 1024 * 1024)
     .default(500 * 1024 * 1024),
+  OPENMA_SSE_SEND_BUFFER_BYTES: z.coerce
+    .number()
+    .int()
+    .min(16 * 1024)
+    .max(256 * 1024 * 1024)
+    .default(1024 * 1024),
   OPENMA_MAX_CONCURRENT_TRANSFERS: z.coerce.number().int().min(1).max(10_000).default(16),
   LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
   // The brain: the execution worker running the default harness (see packages/execution).
@@ -103,6 +109,7 @@ export interface ServerConfig {
   publicUrl: string | undefined;
   workTtlSeconds: number;
   sseKeepAliveMs: number;
+  sseSendBufferBytes: number;
   transfers: { bufferBytes: number; fileUploadLimitBytes: number; maxConcurrent: number };
   logLevel: string;
   brain: {
@@ -155,6 +162,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
     publicUrl: e.OPENMA_PUBLIC_URL,
     workTtlSeconds: e.OPENMA_WORK_TTL_SECONDS,
     sseKeepAliveMs: e.OPENMA_SSE_KEEPALIVE_MS,
+    sseSendBufferBytes: e.OPENMA_SSE_SEND_BUFFER_BYTES,
     transfers: {
       bufferBytes: e.OPENMA_TRANSFER_BUFFER_BYTES,
       fileUploadLimitBytes: e.OPENMA_FILE_UPLOAD_LIMIT_BYTES,

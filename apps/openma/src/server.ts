@@ -69,7 +69,7 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
     configuredApiKeyHashes: adminKey.configuredHashes,
     publicBaseUrl: config.publicUrl,
     workTtlSeconds: config.workTtlSeconds,
-    sse: { keepAliveMs: config.sseKeepAliveMs },
+    sse: { keepAliveMs: config.sseKeepAliveMs, sendBufferBytes: config.sseSendBufferBytes },
     transfers: {
       bufferBytes: config.transfers.bufferBytes,
       fileUploadLimitBytes: config.transfers.fileUploadLimitBytes,

@@ -24,7 +24,8 @@ export interface ApiDeps {
   /** Work lease TTL reported to workers. */
   workTtlSeconds: number;
   /** Upper bound for a long-poll wait (the API caps block_ms at 999). */
-  sse: { keepAliveMs: number };
+  /** `sendBufferBytes`: see SseOptions (default 1 MiB). */
+  sse: { keepAliveMs: number; sendBufferBytes?: number | undefined };
   /** Who runs the brain of self-hosted sessions (see @openma/execution/placement); default `work_item`. */
   selfHostedBrain?: SelfHostedBrain;
   /**
