@@ -25,6 +25,7 @@ import type { Context } from "hono";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import type { AppEnv } from "./context.ts";
 import { ApiError, badRequest } from "./errors.ts";
+import { FILE_UPLOAD_LIMIT_BYTES } from "./schemas/file.ts";
 
 const MB = 1024 * 1024;
 
@@ -75,13 +76,14 @@ export class TransferSlots {
   }
 }
 
-export function defaultTransferSettings(fileUploadLimitBytes: number): TransferSettings {
-  return { bufferBytes: DEFAULT_TRANSFER_BUFFER_BYTES, fileUploadLimitBytes, slots: new TransferSlots(16) };
+export function defaultTransferSettings(): TransferSettings {
+  return { bufferBytes: DEFAULT_TRANSFER_BUFFER_BYTES, fileUploadLimitBytes: FILE_UPLOAD_LIMIT_BYTES, slots: new TransferSlots(16) };
 }
 
-export function transferSettings(c: Context<AppEnv>, fileUploadLimitBytes: number): TransferSettings {
+/** The deps' settings; built-in defaults (kept on the deps, so the slots are shared) when none were given. */
+export function transferSettings(c: Context<AppEnv>): TransferSettings {
   const deps = c.get("deps");
-  deps.transfers ??= defaultTransferSettings(fileUploadLimitBytes);
+  deps.transfers ??= defaultTransferSettings();
   return deps.transfers;
 }
 

@@ -10,7 +10,7 @@ import { requireCredential } from "../auth.ts";
 import type { AppEnv } from "../context.ts";
 import { ApiError, badRequest, notFound } from "../errors.ts";
 import { decodeCursor, pageOf } from "../pagination.ts";
-import { expiresInSeconds, FILE_UPLOAD_LIMIT_BYTES, fileListQuery, uploadFilename, uploadMimeType } from "../schemas/file.ts";
+import { expiresInSeconds, fileListQuery, uploadFilename, uploadMimeType } from "../schemas/file.ts";
 import { type ReceivedUpload, receiveUpload, sendBlob, transferSettings } from "../transfers.ts";
 import { contentDisposition, putStagedBlobOnce, releaseBlob } from "../uploads.ts";
 import { newIdFor, nowIso, pathId } from "../util.ts";
@@ -91,7 +91,7 @@ export function fileRoutes(): Hono<AppEnv> {
 
   // Streamed: the file part is spooled to the blob store's staging directory as it arrives (transfers.ts).
   r.post("/", async (c) => {
-    const settings = transferSettings(c, FILE_UPLOAD_LIMIT_BYTES);
+    const settings = transferSettings(c);
     const release = settings.slots.acquire();
     try {
       const upload = await receiveUpload(c, {
@@ -143,7 +143,7 @@ export function fileRoutes(): Hono<AppEnv> {
         headers: { "content-disposition": contentDisposition(row.filename) },
         onMissing: () => notFound("file content", row.id),
       },
-      transferSettings(c, FILE_UPLOAD_LIMIT_BYTES),
+      transferSettings(c),
     );
   });
 
