@@ -35,6 +35,26 @@ const schema = z.object({
   OPENMA_PUBLIC_URL: z.url().optional(),
   OPENMA_WORK_TTL_SECONDS: z.coerce.number().int().min(2).max(3600).default(120),
   OPENMA_SSE_KEEPALIVE_MS: z.coerce.number().int().min(100).default(15_000),
+  // Large transfers (docs/transfers.md): stream buffer per stage, the POST /v1/files limit, and how many run at once.
+  OPENMA_TRANSFER_BUFFER_BYTES: z.coerce
+    .number()
+    .int()
+    .min(16 * 1024)
+    .max(64 * 1024 * 1024)
+    .default(1024 * 1024),
+  OPENMA_FILE_UPLOAD_LIMIT_BYTES: z.coerce
+    .number()
+    .int()
+    .min(1)
+    .max(5 * 1024 * 1024 * 1024)
+    .default(500 * 1024 * 1024),
+  OPENMA_SSE_SEND_BUFFER_BYTES: z.coerce
+    .number()
+    .int()
+    .min(16 * 1024)
+    .max(256 * 1024 * 1024)
+    .default(1024 * 1024),
+  OPENMA_MAX_CONCURRENT_TRANSFERS: z.coerce.number().int().min(1).max(10_000).default(16),
   LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
   // The brain: the execution worker running the default harness (see packages/execution).
   OPENMA_BRAIN: z.enum(["on", "off"]).default("on"),
@@ -102,6 +122,8 @@ export interface ServerConfig {
   publicUrl: string | undefined;
   workTtlSeconds: number;
   sseKeepAliveMs: number;
+  sseSendBufferBytes: number;
+  transfers: { bufferBytes: number; fileUploadLimitBytes: number; maxConcurrent: number };
   logLevel: string;
   brain: {
     enabled: boolean;
@@ -158,6 +180,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
     publicUrl: e.OPENMA_PUBLIC_URL,
     workTtlSeconds: e.OPENMA_WORK_TTL_SECONDS,
     sseKeepAliveMs: e.OPENMA_SSE_KEEPALIVE_MS,
+    sseSendBufferBytes: e.OPENMA_SSE_SEND_BUFFER_BYTES,
+    transfers: {
+      bufferBytes: e.OPENMA_TRANSFER_BUFFER_BYTES,
+      fileUploadLimitBytes: e.OPENMA_FILE_UPLOAD_LIMIT_BYTES,
+      maxConcurrent: e.OPENMA_MAX_CONCURRENT_TRANSFERS,
+    },
     logLevel: e.LOG_LEVEL,
     brain: {
       enabled: e.OPENMA_BRAIN === "on",

@@ -3,8 +3,9 @@
  * structured logs and graceful shutdown.
  */
 import type { AddressInfo } from "node:net";
+import { join } from "node:path";
 import { serve } from "@hono/node-server";
-import { type ApiDeps, createApp, type Logger } from "@openma/api";
+import { type ApiDeps, createApp, type Logger, TransferSlots } from "@openma/api";
 import { ExecutionWorker } from "@openma/execution";
 import { harnessRunner } from "@openma/execution/harness-runner";
 import { createAnthropicModel } from "@openma/harness";
@@ -54,6 +55,7 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
       databaseUrl: config.databaseUrl,
       pgSchema: config.pgSchema,
       blobs: await openBlobStore(config),
+      transferBufferBytes: config.transfers.bufferBytes,
       onBackgroundError: (err) => logger.warn({ err: err.message }, "storage background error"),
     }));
   const adminKey = await ensureAdminKey(storage, config.dataDir, config.apiKey);
@@ -68,7 +70,12 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
     configuredApiKeyHashes: adminKey.configuredHashes,
     publicBaseUrl: config.publicUrl,
     workTtlSeconds: config.workTtlSeconds,
-    sse: { keepAliveMs: config.sseKeepAliveMs },
+    sse: { keepAliveMs: config.sseKeepAliveMs, sendBufferBytes: config.sseSendBufferBytes },
+    transfers: {
+      bufferBytes: config.transfers.bufferBytes,
+      fileUploadLimitBytes: config.transfers.fileUploadLimitBytes,
+      slots: new TransferSlots(config.transfers.maxConcurrent),
+    },
     selfHostedBrain: config.brain.selfHosted,
     // An archived or deleted session's sandbox goes now, not when its idle timer fires.
     onSessionClosed: (sessionId) => brain?.sandboxes.release(sessionId),
@@ -234,7 +241,8 @@ async function startBrain(config: ServerConfig, deps: ApiDeps, probes: Availabil
 export async function openBlobStore(config: ServerConfig): Promise<BlobStore | undefined> {
   if (!config.blobs) return undefined;
   const { blobStoreFromEnv } = await import("@openma/storage/s3-blobs");
-  const store = blobStoreFromEnv(config.blobs);
+  // Uploads are spooled under the data dir before they are hashed and sent (transfers.ts).
+  const store = blobStoreFromEnv(config.blobs, { stagingDir: join(config.dataDir, "uploads"), bufferBytes: config.transfers.bufferBytes });
   await store?.verify();
   return store;
 }

@@ -2,6 +2,7 @@
 import type { SelfHostedBrain } from "@openma/execution/placement";
 import type { Clock, IdFactory, SecretBox, Storage } from "@openma/storage";
 import type { Credential } from "./auth.ts";
+import type { TransferSettings } from "./transfers.ts";
 
 export interface Logger {
   info(obj: object, msg?: string): void;
@@ -23,7 +24,8 @@ export interface ApiDeps {
   /** Work lease TTL reported to workers. */
   workTtlSeconds: number;
   /** Upper bound for a long-poll wait (the API caps block_ms at 999). */
-  sse: { keepAliveMs: number };
+  /** `sendBufferBytes`: see SseOptions (default 1 MiB). */
+  sse: { keepAliveMs: number; sendBufferBytes?: number | undefined };
   /** Who runs the brain of self-hosted sessions (see @openma/execution/placement); default `work_item`. */
   selfHostedBrain?: SelfHostedBrain;
   /**
@@ -42,6 +44,8 @@ export interface ApiDeps {
    * secrets are written as plaintext JSON and sealed ones cannot be read.
    */
   secrets?: SecretBox | undefined;
+  /** Buffers, limits and concurrency of large uploads and downloads (transfers.ts); default: built-in values. */
+  transfers?: TransferSettings | undefined;
 }
 
 /** Published on the change bus after a session is archived or deleted. */

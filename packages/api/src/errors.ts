@@ -15,6 +15,7 @@ export type ErrorType =
   | "request_too_large"
   | "rate_limit_error"
   | "api_error"
+  | "overloaded_error"
   | "memory_precondition_failed_error"
   | "memory_path_conflict_error";
 

@@ -4,3 +4,4 @@ export * from "./context.ts";
 export * from "./errors.ts";
 export * from "./event-log.ts";
 export * from "./session-activity.ts";
+export * from "./transfers.ts";

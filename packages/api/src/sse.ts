@@ -22,8 +22,20 @@ export interface SseChannel {
   readonly signal: AbortSignal;
 }
 
+/** Default of `SseOptions.sendBufferBytes`. */
+export const DEFAULT_SSE_SEND_BUFFER_BYTES = 1024 * 1024;
+
 export interface SseOptions {
   keepAliveMs: number;
+  /**
+   * Most bytes written but not yet taken by the socket. A reader that falls
+   * further behind (stopped reading, or much slower than the log grows) has its
+   * stream closed: it reconnects with `Last-Event-ID` and resumes where it left
+   * off, while the server never holds more than this for it. Default 1 MiB.
+   */
+  sendBufferBytes?: number | undefined;
+  /** Told when the stream is closed for exceeding `sendBufferBytes`. */
+  onOverflow?: () => void;
   /** Runs on every keep-alive tick (e.g. to re-check a source whose wake-up may have been lost). */
   onKeepAlive?: () => void;
   /** Called with an unexpected failure of the producer (after an `event: error` was sent). */
@@ -56,8 +68,11 @@ function oneLine(value: string): string {
 export function sseResponse(c: Context, opts: SseOptions, produce: (channel: SseChannel) => Promise<void>): Response {
   const encoder = new TextEncoder();
   const lifetime = new AbortController();
-  // Readable high-water mark 0: each write waits until the HTTP layer pulls it (backpressure).
+  // Readable high-water mark 0: a write settles once the HTTP layer has pulled it, which it does as the socket drains.
   const { readable, writable } = new TransformStream<Uint8Array, Uint8Array>();
+  const sendBufferBytes = opts.sendBufferBytes ?? DEFAULT_SSE_SEND_BUFFER_BYTES;
+  /** Bytes written whose write has not settled: what this connection holds in memory. */
+  let queued = 0;
   const writer = writable.getWriter();
   const requestSignal = c.req.raw.signal;
 
@@ -68,15 +83,24 @@ export function sseResponse(c: Context, opts: SseOptions, produce: (channel: Sse
     requestSignal.removeEventListener("abort", close);
     writer.close().catch(() => {});
   };
+  // Never waits for the reader: the producer (and its database reads) is not held up by a stalled
+  // client; instead a client more than `sendBufferBytes` behind is let go.
   const write = async (text: string): Promise<boolean> => {
     if (lifetime.signal.aborted) return false;
-    try {
-      await writer.write(encoder.encode(text));
-      return true;
-    } catch {
+    const bytes = encoder.encode(text);
+    if (queued > 0 && queued + bytes.length > sendBufferBytes) {
+      opts.onOverflow?.();
       close();
       return false;
     }
+    queued += bytes.length;
+    writer.write(bytes).then(
+      () => {
+        queued -= bytes.length;
+      },
+      () => close(),
+    );
+    return true;
   };
 
   requestSignal.addEventListener("abort", close, { once: true });

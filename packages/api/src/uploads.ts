@@ -2,7 +2,7 @@
  * Shared plumbing for the multipart endpoints (files, skills) and the
  * content-addressed blobs behind them, plus two small portable SQL helpers.
  */
-import type { Dialect, Storage } from "@openma/storage";
+import { type Dialect, putStagedBlob, type StagedBlob, type Storage } from "@openma/storage";
 import type { Context, MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { type RawBuilder, sql } from "kysely";
@@ -60,6 +60,11 @@ export function formFiles(form: FormData, ...names: string[]): File[] {
  */
 export async function putBlob(storage: Storage, key: string, data: Uint8Array): Promise<void> {
   if (!(await storage.blobs.exists(key))) await storage.blobs.put(key, data);
+}
+
+/** `putBlob` for an upload spooled to a staged file (the file stays; the caller discards it). */
+export async function putStagedBlobOnce(storage: Storage, key: string, staged: StagedBlob): Promise<void> {
+  if (!(await storage.blobs.exists(key))) await putStagedBlob(storage.blobs, key, staged);
 }
 
 /** Removes a blob once no row references it any more (content-addressed blobs are shared). */

@@ -4,8 +4,11 @@
  * Keys are relative slash-separated names chosen by the server, never by users.
  */
 import { createHash, randomBytes } from "node:crypto";
-import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { createWriteStream } from "node:fs";
+import { link, mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { dirname, join, resolve, sep } from "node:path";
+import { pipeline } from "node:stream/promises";
+import { type BlobReader, type ByteRange, DEFAULT_TRANSFER_BUFFER_BYTES, readFileRange, type StagedBlob } from "./transfers.ts";
 
 export interface BlobStore {
   put(key: string, data: Uint8Array): Promise<void>;
@@ -15,6 +18,15 @@ export interface BlobStore {
   exists(key: string): Promise<boolean>;
   /** Keys under a `/`-separated prefix, for garbage collection. Optional: not every store can enumerate. */
   list?(prefix: string): Promise<BlobListing[]>;
+  /**
+   * Streaming (see transfers.ts): where uploads are spooled before they have a
+   * key, placing a spooled file under a key without consuming it, and reading a
+   * blob (or a byte range of it) as a stream. Optional: `putStagedBlob` and
+   * `openBlob` fall back to whole byte arrays for stores without them.
+   */
+  readonly stagingDir?: string | undefined;
+  putFile?(key: string, staged: StagedBlob): Promise<void>;
+  openRead?(key: string, range?: ByteRange): Promise<BlobReader | null>;
 }
 
 export interface BlobListing {
@@ -31,15 +43,25 @@ export function sha256Hex(data: Uint8Array | string): string {
 /** Content-addressed key: the same bytes are stored once. */
 export function contentKey(namespace: string, data: Uint8Array): { key: string; sha256: string } {
   const sha256 = sha256Hex(data);
-  return { key: `${namespace}/sha256/${sha256.slice(0, 2)}/${sha256}`, sha256 };
+  return { key: contentKeyOf(namespace, sha256), sha256 };
+}
+
+/** The content key of bytes whose SHA-256 (hex) is already known, e.g. from streaming them. */
+export function contentKeyOf(namespace: string, sha256: string): string {
+  return `${namespace}/sha256/${sha256.slice(0, 2)}/${sha256}`;
 }
 
 export const KEY_PATTERN = /^[a-z0-9_-]+(\/[A-Za-z0-9._-]+)*$/;
 
 export class FsBlobStore implements BlobStore {
   private readonly root: string;
-  constructor(root: string) {
+  /** Inside the root so a staged upload is placed by a hard link; `.staging` can never be a key. */
+  readonly stagingDir: string;
+  private readonly bufferBytes: number;
+  constructor(root: string, opts: { bufferBytes?: number | undefined } = {}) {
     this.root = resolve(root);
+    this.stagingDir = join(this.root, ".staging");
+    this.bufferBytes = opts.bufferBytes ?? DEFAULT_TRANSFER_BUFFER_BYTES;
   }
 
   private pathOf(key: string): string {
@@ -58,6 +80,38 @@ export class FsBlobStore implements BlobStore {
     const tmp = `${target}.tmp-${randomBytes(6).toString("hex")}`;
     await writeFile(tmp, data, { flush: true });
     await rename(tmp, target);
+  }
+
+  async putFile(key: string, staged: StagedBlob): Promise<void> {
+    const target = this.pathOf(key);
+    await mkdir(dirname(target), { recursive: true });
+    try {
+      // Atomic and copy-free; the staged file was fsynced when it was spooled.
+      await link(staged.path, target);
+    } catch (err) {
+      // Content-addressed: an existing blob under this key holds the same bytes.
+      if ((err as NodeJS.ErrnoException).code === "EEXIST") return;
+      if ((err as NodeJS.ErrnoException).code !== "EXDEV") throw err;
+      // A staged file elsewhere (another filesystem): copy it in through a temporary, never whole in memory.
+      const tmp = `${target}.tmp-${randomBytes(6).toString("hex")}`;
+      try {
+        await pipeline(readFileRange(staged.path, undefined, this.bufferBytes), createWriteStream(tmp, { flush: true }));
+        await rename(tmp, target);
+      } finally {
+        await rm(tmp, { force: true });
+      }
+    }
+  }
+
+  async openRead(key: string, range?: ByteRange): Promise<BlobReader | null> {
+    const path = this.pathOf(key);
+    try {
+      const { size } = await stat(path);
+      return { body: readFileRange(path, range, this.bufferBytes), size };
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === "ENOENT") return null;
+      throw err;
+    }
   }
 
   async get(key: string): Promise<Buffer | null> {

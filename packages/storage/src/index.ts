@@ -6,4 +6,5 @@ export * from "./migrations.ts";
 export type * from "./schema.ts";
 export * from "./secret-box.ts";
 export * from "./storage.ts";
+export * from "./transfers.ts";
 export * from "./vault-secrets.ts";

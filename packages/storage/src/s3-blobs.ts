@@ -7,6 +7,9 @@
  * include credentials.
  */
 import { createHash } from "node:crypto";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { Readable } from "node:stream";
 import {
   DeleteObjectCommand,
   GetObjectCommand,
@@ -19,6 +22,7 @@ import {
   S3ServiceException,
 } from "@aws-sdk/client-s3";
 import { type BlobListing, type BlobStore, KEY_PATTERN } from "./blobs.ts";
+import { type BlobReader, type ByteRange, DEFAULT_TRANSFER_BUFFER_BYTES, readFileRange, type StagedBlob } from "./transfers.ts";
 
 export interface S3BlobStoreOptions {
   bucket: string;
@@ -40,6 +44,10 @@ export interface S3BlobStoreOptions {
   listPageSize?: number | undefined;
   /** Downloads whose body arrives damaged or cut short are read again up to this many times in all; default 2. */
   readAttempts?: number | undefined;
+  /** Local directory uploads are spooled into before they are hashed and sent; default `<tmpdir>/openma-uploads`. */
+  stagingDir?: string | undefined;
+  /** Stream buffer of one transfer; default 1 MiB. */
+  bufferBytes?: number | undefined;
 }
 
 export interface BlobCallOptions {
@@ -108,6 +116,8 @@ export class S3BlobStore implements BlobStore {
   private readonly timeoutMs: number;
   private readonly pageSize: number;
   private readonly readAttempts: number;
+  readonly stagingDir: string;
+  private readonly bufferBytes: number;
 
   constructor(opts: S3BlobStoreOptions) {
     if (!/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/.test(opts.bucket)) throw new Error(`invalid S3 bucket name: ${JSON.stringify(opts.bucket)}`);
@@ -116,6 +126,8 @@ export class S3BlobStore implements BlobStore {
     this.timeoutMs = boundedInt(opts.timeoutMs, 60_000, 1, 3_600_000, "timeoutMs");
     this.pageSize = boundedInt(opts.listPageSize, 1000, 1, 1000, "listPageSize");
     this.readAttempts = boundedInt(opts.readAttempts, 2, 1, 10, "readAttempts");
+    this.stagingDir = opts.stagingDir ?? join(tmpdir(), "openma-uploads");
+    this.bufferBytes = opts.bufferBytes ?? DEFAULT_TRANSFER_BUFFER_BYTES;
     this.#client = new S3Client({
       region: opts.region ?? "us-east-1",
       endpoint: opts.endpoint,
@@ -179,6 +191,67 @@ export class S3BlobStore implements BlobStore {
       );
     } catch (err) {
       throw this.fail("put", key, err, signal);
+    }
+  }
+
+  /**
+   * One streamed PutObject of a staged file: its length and digests are known
+   * from spooling, so the SDK sends the file as it reads it and S3 verifies the
+   * bytes. (Multipart would need a staging key and a server-side copy, because
+   * the content key is the digest of bytes not yet seen; a single PUT takes up
+   * to 5 GB, ten times the file limit.)
+   */
+  async putFile(key: string, staged: StagedBlob, opts?: BlobCallOptions): Promise<void> {
+    const fullKey = this.keyOf(key);
+    const signal = this.signalFor(opts);
+    const body = readFileRange(staged.path, undefined, this.bufferBytes);
+    try {
+      await this.#client.send(
+        new PutObjectCommand({
+          Bucket: this.bucket,
+          Key: fullKey,
+          Body: body,
+          ContentLength: staged.size,
+          ContentType: "application/octet-stream",
+          ChecksumSHA256: staged.sha256Base64,
+          ContentMD5: staged.md5Base64,
+        }),
+        { abortSignal: signal },
+      );
+    } catch (err) {
+      throw this.fail("put", key, err, signal);
+    } finally {
+      body.destroy();
+    }
+  }
+
+  /**
+   * The object (or a byte range) as the SDK's response stream, which the
+   * socket fills only as fast as it is read. Whole-object reads are checked by
+   * the SDK against the stored checksum as they stream (a mismatch errors the
+   * stream, so the client sees a cut-off body, never silently wrong bytes).
+   */
+  async openRead(key: string, range?: ByteRange, opts?: BlobCallOptions): Promise<BlobReader | null> {
+    const fullKey = this.keyOf(key);
+    // No deadline here: the SDK aborts the body when its signal fires, and a slow reader may rightly take longer.
+    const signal = opts?.signal ?? new AbortController().signal;
+    try {
+      const res = await this.#client.send(
+        new GetObjectCommand({
+          Bucket: this.bucket,
+          Key: fullKey,
+          Range: range ? `bytes=${range.start}-${range.end}` : undefined,
+          ChecksumMode: range ? undefined : "ENABLED",
+        }),
+        { abortSignal: signal },
+      );
+      const total = range ? Number(/\/(\d+)$/.exec(res.ContentRange ?? "")?.[1] ?? Number.NaN) : (res.ContentLength ?? Number.NaN);
+      if (!Number.isFinite(total))
+        throw new BlobStoreError(`s3 get ${JSON.stringify(key)}: response has no length`, "InvalidResponse", undefined);
+      return { body: res.Body as Readable, size: total };
+    } catch (err) {
+      if (isNotFound(err) && (err as Error).name !== "NoSuchBucket") return null;
+      throw this.fail("get", key, err, signal);
     }
   }
 
@@ -368,7 +441,10 @@ export function s3OptionsFromEnv(env: BlobEnv): S3BlobStoreOptions | undefined {
   };
 }
 
-export function blobStoreFromEnv(env: BlobEnv): S3BlobStore | undefined {
+export function blobStoreFromEnv(
+  env: BlobEnv,
+  transfers: Pick<S3BlobStoreOptions, "stagingDir" | "bufferBytes"> = {},
+): S3BlobStore | undefined {
   const opts = s3OptionsFromEnv(env);
-  return opts && new S3BlobStore(opts);
+  return opts && new S3BlobStore({ ...opts, ...transfers });
 }

@@ -31,6 +31,8 @@ export interface StorageOptions {
   pgSchema?: string | undefined;
   /** Overrides the blob store (default: `<dataDir>/blobs`). */
   blobs?: BlobStore | undefined;
+  /** Stream buffer of the default local blob store's transfers (see transfers.ts). */
+  transferBufferBytes?: number | undefined;
   onBackgroundError?: (err: Error) => void;
 }
 
@@ -48,7 +50,7 @@ export function isPostgresUrl(url: string | undefined): url is string {
 
 export async function openStorage(opts: StorageOptions): Promise<Storage> {
   mkdirSync(opts.dataDir, { recursive: true });
-  const blobs = opts.blobs ?? new FsBlobStore(join(opts.dataDir, "blobs"));
+  const blobs = opts.blobs ?? new FsBlobStore(join(opts.dataDir, "blobs"), { bufferBytes: opts.transferBufferBytes });
   if (isPostgresUrl(opts.databaseUrl)) return openPostgres(opts.databaseUrl, opts, blobs);
   if (opts.databaseUrl) throw new Error("DATABASE_URL must start with postgres:// or postgresql://");
   return openSqlite(join(opts.dataDir, "openma.db"), blobs);

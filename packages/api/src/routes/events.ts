@@ -245,6 +245,8 @@ async function streamEvents(c: Context<AppEnv>, sessionId: string): Promise<Resp
     c,
     {
       keepAliveMs: deps.sse.keepAliveMs,
+      sendBufferBytes: deps.sse.sendBufferBytes,
+      onOverflow: () => deps.logger.info({ session_id: sessionId }, "event stream closed: the reader fell too far behind"),
       // A lost bus notification then costs at most one keep-alive interval.
       onKeepAlive: wakeups.wake,
       onError: (err) => deps.logger.error({ err: { message: err.message }, session_id: sessionId }, "event stream failed"),

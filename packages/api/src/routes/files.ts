@@ -3,15 +3,16 @@
  * upload into content-addressed blobs, metadata, list, raw download, delete.
  * Expired files read as 404 `file_expired` and drop out of listings.
  */
-import { contentKey, type FileRow } from "@openma/storage";
+import { contentKeyOf, discardStaged, type FileRow } from "@openma/storage";
 import type { Context } from "hono";
 import { Hono } from "hono";
 import { requireCredential } from "../auth.ts";
 import type { AppEnv } from "../context.ts";
 import { ApiError, badRequest, notFound } from "../errors.ts";
 import { decodeCursor, pageOf } from "../pagination.ts";
-import { expiresInSeconds, FILE_UPLOAD_LIMIT_BYTES, fileListQuery, uploadFilename, uploadMimeType } from "../schemas/file.ts";
-import { contentDisposition, formText, limitBody, putBlob, readMultipart, releaseBlob } from "../uploads.ts";
+import { expiresInSeconds, fileListQuery, uploadFilename, uploadMimeType } from "../schemas/file.ts";
+import { type ReceivedUpload, receiveUpload, sendBlob, transferSettings } from "../transfers.ts";
+import { contentDisposition, putStagedBlobOnce, releaseBlob } from "../uploads.ts";
 import { newIdFor, nowIso, pathId } from "../util.ts";
 import { parseQuery, parseWith } from "../validate.ts";
 
@@ -53,6 +54,34 @@ export async function loadLiveFile(c: Context<AppEnv>, id: string): Promise<File
   return row;
 }
 
+/** Validates the upload's metadata, places its blob and commits its row. */
+async function storeUpload(c: Context<AppEnv>, upload: ReceivedUpload): Promise<FileRow> {
+  const filename = uploadFilename(upload.filename);
+  const expiresText = upload.fields.get("expires_in_seconds") || undefined;
+  const expiresIn = expiresText === undefined ? undefined : parseWith(expiresInSeconds, expiresText, "expires_in_seconds");
+  const { staged } = upload;
+  const deps = c.get("deps");
+  const key = contentKeyOf(FILE_BLOB_NAMESPACE, staged.sha256);
+  const now = deps.clock.now();
+  const row: FileRow = {
+    id: newIdFor(c, "file"),
+    filename,
+    mime_type: uploadMimeType(upload.mimeType, filename),
+    size_bytes: staged.size,
+    sha256: staged.sha256,
+    blob_key: key,
+    scope: null,
+    downloadable: 1,
+    expires_at: expiresIn === undefined ? null : new Date(now + expiresIn * 1000).toISOString(),
+    created_at: new Date(now).toISOString(),
+  };
+  // Placed before the row and again after it (see putBlob).
+  await putStagedBlobOnce(deps.storage, key, staged);
+  await deps.storage.db.insertInto("files").values(row).execute();
+  await putStagedBlobOnce(deps.storage, key, staged);
+  return row;
+}
+
 export function fileRoutes(): Hono<AppEnv> {
   const r = new Hono<AppEnv>();
   r.use("*", async (c, next) => {
@@ -60,34 +89,25 @@ export function fileRoutes(): Hono<AppEnv> {
     await next();
   });
 
-  r.post("/", limitBody(FILE_UPLOAD_LIMIT_BYTES, "file upload"), async (c) => {
-    const form = await readMultipart(c);
-    const part = form.get("file");
-    if (part === null) throw badRequest("file: a multipart part named file is required");
-    if (typeof part === "string") throw badRequest("file: expected a file part, got a text field");
-    const filename = uploadFilename(part.name);
-    const expiresText = formText(form, "expires_in_seconds");
-    const expiresIn = expiresText === undefined ? undefined : parseWith(expiresInSeconds, expiresText, "expires_in_seconds");
-    const data = new Uint8Array(await part.arrayBuffer());
-    const deps = c.get("deps");
-    const { key, sha256 } = contentKey(FILE_BLOB_NAMESPACE, data);
-    const now = deps.clock.now();
-    const row: FileRow = {
-      id: newIdFor(c, "file"),
-      filename,
-      mime_type: uploadMimeType(part.type, filename),
-      size_bytes: data.byteLength,
-      sha256,
-      blob_key: key,
-      scope: null,
-      downloadable: 1,
-      expires_at: expiresIn === undefined ? null : new Date(now + expiresIn * 1000).toISOString(),
-      created_at: new Date(now).toISOString(),
-    };
-    await putBlob(deps.storage, key, data);
-    await deps.storage.db.insertInto("files").values(row).execute();
-    await putBlob(deps.storage, key, data);
-    return c.json(renderFile(row));
+  // Streamed: the file part is spooled to the blob store's staging directory as it arrives (transfers.ts).
+  r.post("/", async (c) => {
+    const settings = transferSettings(c);
+    const release = settings.slots.acquire();
+    try {
+      const upload = await receiveUpload(c, {
+        fileField: "file",
+        maxBytes: settings.fileUploadLimitBytes,
+        bufferBytes: settings.bufferBytes,
+        what: "file upload",
+      });
+      try {
+        return c.json(renderFile(await storeUpload(c, upload)));
+      } finally {
+        await discardStaged(upload.staged);
+      }
+    } finally {
+      release();
+    }
   });
 
   r.get("/", async (c) => {
@@ -115,13 +135,16 @@ export function fileRoutes(): Hono<AppEnv> {
     if (Number(row.downloadable) !== 1) {
       throw badRequest(`file ${JSON.stringify(row.id)} is not downloadable`, { error_code: "file_not_downloadable" });
     }
-    const data = await c.get("deps").storage.blobs.get(row.blob_key);
-    if (!data) throw notFound("file content", row.id);
-    return c.body(new Uint8Array(data), 200, {
-      "content-type": row.mime_type,
-      "content-length": String(data.byteLength),
-      "content-disposition": contentDisposition(row.filename),
-    });
+    return sendBlob(
+      c,
+      row.blob_key,
+      {
+        contentType: row.mime_type,
+        headers: { "content-disposition": contentDisposition(row.filename) },
+        onMissing: () => notFound("file content", row.id),
+      },
+      transferSettings(c),
+    );
   });
 
   r.delete("/:file_id", async (c) => {

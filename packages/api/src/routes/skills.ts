@@ -15,6 +15,7 @@ import { badRequest, forbidden, notFound } from "../errors.ts";
 import { decodeCursor, pageOf } from "../pagination.ts";
 import { SKILL_UPLOAD_LIMIT_BYTES, skillDisplayName, skillListQuery, versionListQuery } from "../schemas/skill.ts";
 import { buildSkillBundle, type SkillBundle } from "../skill-archive.ts";
+import { sendBlob, transferSettings } from "../transfers.ts";
 import { contentDisposition, formFiles, formText, limitBody, putBlob, readMultipart, releaseBlob } from "../uploads.ts";
 import { newIdFor, nowIso, pathId } from "../util.ts";
 import { parseQuery, parseWith } from "../validate.ts";
@@ -280,13 +281,16 @@ function versionRoutes(r: Hono<AppEnv>): void {
     const skillId = pathId(c, "skill_id");
     await assertSkillReadable(c, skillId);
     const version = await resolveVersion(c, skillId, pathId(c, "version"));
-    const data = await c.get("deps").storage.blobs.get(version.blob_key);
-    if (!data) throw notFound("skill version content", version.id);
-    return c.body(new Uint8Array(data), 200, {
-      "content-type": "application/zip",
-      "content-length": String(data.byteLength),
-      "content-disposition": contentDisposition(`${version.name}.zip`),
-    });
+    return sendBlob(
+      c,
+      version.blob_key,
+      {
+        contentType: "application/zip",
+        headers: { "content-disposition": contentDisposition(`${version.name}.zip`) },
+        onMissing: () => notFound("skill version content", version.id),
+      },
+      transferSettings(c),
+    );
   });
 
   r.delete("/:skill_id/versions/:version", apiKeyOnly, async (c) => {
