@@ -75,6 +75,10 @@ const schema = z.object({
   OPENMA_S3_ACCESS_KEY_ID: z.string().max(256).optional(),
   OPENMA_S3_SECRET_ACCESS_KEY: z.string().max(1024).optional(),
   OPENMA_S3_FORCE_PATH_STYLE: z.enum(["true", "false", "1", "0"]).optional(),
+  // Operations (docs/operations.md): Prometheus /metrics, its scrape token, and the SIGTERM drain deadline.
+  OPENMA_METRICS: z.enum(["on", "off"]).default("on"),
+  OPENMA_METRICS_TOKEN: z.string().min(16, "OPENMA_METRICS_TOKEN must be at least 16 characters").optional(),
+  OPENMA_DRAIN_TIMEOUT_MS: z.coerce.number().int().min(0).max(3_600_000).default(30_000),
 });
 
 export interface ServerConfig {
@@ -106,6 +110,8 @@ export interface ServerConfig {
   blobs?: BlobEnv | undefined;
   /** Set when this process serves a self-hosted environment (ama_worker lane). Holds a secret: never log. */
   runtimeHost: RuntimeHostConfig | undefined;
+  /** `/metrics`, `/ready` and the SIGTERM drain (see ops.ts). The token is a secret: never log. */
+  ops: { metrics: boolean; metricsToken: string | undefined; drainTimeoutMs: number };
 }
 
 export interface RuntimeHostConfig {
@@ -153,6 +159,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
     model: { baseUrl: e.OPENMA_MODEL_BASE_URL, apiKey: e.OPENMA_MODEL_API_KEY || e.ANTHROPIC_API_KEY },
     blobs: blobEnvOf(e),
     runtimeHost: runtimeHostOf(e),
+    ops: { metrics: e.OPENMA_METRICS === "on", metricsToken: e.OPENMA_METRICS_TOKEN, drainTimeoutMs: e.OPENMA_DRAIN_TIMEOUT_MS },
   };
 }
 

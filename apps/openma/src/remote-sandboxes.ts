@@ -95,7 +95,7 @@ export function openRemoteDriver(name: RemoteSandboxName, env: Env, options: Rem
 export async function openRemoteServeSandboxes(
   name: RemoteSandboxName,
   env: Env,
-  options: Pick<ServeSandboxOptions, "dataDir" | "logger" | "scheduler" | "idleMs">,
+  options: Pick<ServeSandboxOptions, "dataDir" | "logger" | "scheduler" | "idleMs" | "instrument">,
 ): Promise<ServeSandboxes> {
   const driver = await openRemoteDriver(name, env, { namePrefix: "openma-serve" });
   const backend: SandboxBackend = { name, sandbox: driver, toolSandbox: (lease) => driver.toolSandbox(lease), needsTraversal: false };

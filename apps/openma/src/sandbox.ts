@@ -178,6 +178,8 @@ export interface ServeSandboxOptions {
   idleMs?: number;
   /** Installs bubblewrap when no driver is usable (first start on a fresh machine); absent: never. */
   provisioner?: Provisioner | undefined;
+  /** Wraps the chosen backend (metrics.ts times its calls); absent: used as is. */
+  instrument?: ((backend: SandboxBackend) => SandboxBackend) | undefined;
 }
 
 /**
@@ -243,9 +245,10 @@ interface Entry {
 
 /** The resolver over one backend: one cached sandbox per session, terminated when idle or on close. */
 export function sessionSandboxes(
-  backend: SandboxBackend,
-  options: Pick<ServeSandboxOptions, "dataDir" | "logger" | "scheduler" | "idleMs">,
+  chosen: SandboxBackend,
+  options: Pick<ServeSandboxOptions, "dataDir" | "logger" | "scheduler" | "idleMs" | "instrument">,
 ): ServeSandboxes {
+  const backend = options.instrument?.(chosen) ?? chosen;
   const scheduler = options.scheduler ?? realScheduler;
   const idleMs = options.idleMs ?? 30 * 60_000;
   // Unique per server start, so a restarted server never adopts (or collides with) a previous process's sandbox.
