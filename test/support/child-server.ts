@@ -33,6 +33,12 @@ export interface ChildServer {
   close(): Promise<void>;
   /** SIGKILL: no shutdown hook runs, in-flight requests and leases are simply abandoned (the data dir stays). */
   kill9(): Promise<void>;
+  /** Sends a signal and returns at once (a drain test watches what follows); the data dir stays. */
+  signal(name: NodeJS.Signals): void;
+  /** Resolves with the exit code (null when a signal killed it) once the process has exited. */
+  readonly exited: Promise<number | null>;
+  /** Resolves once the child's output (stdout and stderr) matches, or rejects when it exits first. */
+  waitForOutput(pattern: RegExp): Promise<void>;
 }
 
 export interface ServeProcessOptions {
@@ -72,8 +78,11 @@ export async function startServeProcess(options: ServeProcessOptions): Promise<C
     stdio: ["ignore", "pipe", "pipe"],
   });
   let tail = "";
+  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+  const watchers = new Set<{ pattern: RegExp; resolve: () => void }>();
   const keep = (chunk: Buffer | string) => {
     tail = (tail + chunk.toString()).slice(-(options.outputTail ?? OUTPUT_TAIL));
+    for (const w of watchers) if (w.pattern.test(tail)) w.resolve();
   };
   child.stdout?.on("data", keep);
   child.stderr?.on("data", keep);
@@ -90,6 +99,25 @@ export async function startServeProcess(options: ServeProcessOptions): Promise<C
         await stop(child);
         await removeDataDir();
       },
+      signal: (name) => {
+        child.kill(name);
+      },
+      exited,
+      waitForOutput: (pattern) =>
+        new Promise<void>((resolve, reject) => {
+          if (pattern.test(tail)) return resolve();
+          const watcher = {
+            pattern,
+            resolve: () => {
+              watchers.delete(watcher);
+              resolve();
+            },
+          };
+          watchers.add(watcher);
+          void exited.then(() => {
+            if (watchers.delete(watcher)) reject(new Error(`the server exited before printing ${pattern}:\n${tail}`));
+          });
+        }),
       kill9: async () => {
         if (child.exitCode !== null || child.signalCode !== null) return;
         const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));

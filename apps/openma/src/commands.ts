@@ -17,7 +17,8 @@ async function serveCommand(): Promise<void> {
     );
   }
   if (config.runtimeHost) process.stdout.write(`Serving self-hosted environment ${config.runtimeHost.environmentId} from this machine\n`);
-  stopOnSignals(() => server.close());
+  // Draining may take the whole drain deadline before the usual shutdown starts.
+  stopOnSignals(() => server.drain(), config.ops.drainTimeoutMs);
 }
 
 /** `openma runtime-host`: serves one self-hosted environment against a running server's API and database. */
@@ -66,14 +67,14 @@ async function standInCommand(args: string[]): Promise<void> {
 }
 
 /** SIGINT/SIGTERM: one graceful close, forced exit if it hangs. */
-function stopOnSignals(close: () => Promise<void>): void {
+function stopOnSignals(close: () => Promise<void>, drainMs = 0): void {
   let stopping = false;
   const stop = (signal: string) => {
     if (stopping) return;
     stopping = true;
     process.stdout.write(`received ${signal}, shutting down\n`);
     // Long enough for the runtime host to cancel its runs and hard-kill their sandboxes.
-    const force = setTimeout(() => process.exit(1), 30_000);
+    const force = setTimeout(() => process.exit(1), drainMs + 30_000);
     force.unref();
     close().then(
       () => process.exit(0),

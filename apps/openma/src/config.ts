@@ -108,6 +108,10 @@ const schema = z.object({
   OPENMA_S3_SECRET_ACCESS_KEY: z.string().max(1024).optional(),
   OPENMA_S3_FORCE_PATH_STYLE: z.enum(["true", "false", "1", "0"]).optional(),
   OPENMA_PRICE_TABLE: z.string().max(4096).optional(),
+  // Operations (docs/operations.md): Prometheus /metrics, its scrape token, and the SIGTERM drain deadline.
+  OPENMA_METRICS: z.enum(["on", "off"]).default("on"),
+  OPENMA_METRICS_TOKEN: z.string().min(16, "OPENMA_METRICS_TOKEN must be at least 16 characters").optional(),
+  OPENMA_DRAIN_TIMEOUT_MS: z.coerce.number().int().min(0).max(3_600_000).default(30_000),
 });
 
 export interface ServerConfig {
@@ -146,6 +150,8 @@ export interface ServerConfig {
   blobs?: BlobEnv | undefined;
   /** Set when this process serves a self-hosted environment (ama_worker lane). Holds a secret: never log. */
   runtimeHost: RuntimeHostConfig | undefined;
+  /** `/metrics`, `/ready` and the SIGTERM drain (see ops.ts). The token is a secret: never log. */
+  ops: { metrics: boolean; metricsToken: string | undefined; drainTimeoutMs: number };
 }
 
 export interface RuntimeHostConfig {
@@ -206,6 +212,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
     prices: pricesOf(e.OPENMA_PRICE_TABLE),
     blobs: blobEnvOf(e),
     runtimeHost: runtimeHostOf(e),
+    ops: { metrics: e.OPENMA_METRICS === "on", metricsToken: e.OPENMA_METRICS_TOKEN, drainTimeoutMs: e.OPENMA_DRAIN_TIMEOUT_MS },
   };
 }
 

@@ -185,6 +185,8 @@ export interface ServeSandboxOptions {
   provisioner?: Provisioner | undefined;
   /** Owner records, leases and the reaper (sandbox-owners.ts); absent: sandboxes live only in this process's memory. */
   ownership?: ServeOwnership | undefined;
+  /** Wraps the chosen backend (metrics.ts times its calls); absent: used as is. */
+  instrument?: ((backend: SandboxBackend) => SandboxBackend) | undefined;
 }
 
 /**
@@ -257,9 +259,10 @@ interface Entry {
  * dead or idle owners left (sandbox-owners.ts).
  */
 export function sessionSandboxes(
-  backend: SandboxBackend,
-  options: Pick<ServeSandboxOptions, "dataDir" | "logger" | "scheduler" | "idleMs" | "ownership">,
+  chosen: SandboxBackend,
+  options: Pick<ServeSandboxOptions, "dataDir" | "logger" | "scheduler" | "idleMs" | "ownership" | "instrument">,
 ): ServeSandboxes {
+  const backend = options.instrument?.(chosen) ?? chosen;
   const scheduler = options.scheduler ?? realScheduler;
   const idleMs = options.idleMs ?? 30 * 60_000;
   // Unique per server start, so a restarted server never adopts (or collides with) a previous process's sandbox.

@@ -2,8 +2,9 @@
  * The HTTP application: request ids, authentication, the error body, and one
  * router per resource family. Composition (storage, clock, config) is injected.
  */
-import { Hono } from "hono";
+import { type Context, Hono } from "hono";
 import { HTTPException } from "hono/http-exception";
+import { routePath } from "hono/route";
 import { authenticate } from "./auth.ts";
 import type { ApiDeps, AppEnv } from "./context.ts";
 import { ApiError } from "./errors.ts";
@@ -32,11 +33,19 @@ export function createApp(deps: ApiDeps, info: AppInfo = { version: "0.0.0" }): 
     c.header("request-id", requestId);
     const started = performance.now();
     await next();
+    const ms = performance.now() - started;
     // One structured line per request; credentials are never logged.
     deps.logger.info(
-      { method: c.req.method, path: c.req.path, status: c.res.status, ms: Math.round(performance.now() - started), request_id: requestId },
+      { method: c.req.method, path: c.req.path, status: c.res.status, ms: Math.round(ms), request_id: requestId },
       "request",
     );
+    if (deps.metrics) {
+      // The route pattern, never the raw path: ids in paths would make a series per session.
+      const route = routeLabel(c);
+      const method = METHODS.has(c.req.method) ? c.req.method : "OTHER";
+      deps.metrics.httpRequests.inc({ method, route, status: String(c.res.status) });
+      deps.metrics.httpRequestDuration.observe({ method, route }, ms / 1000);
+    }
   });
 
   app.onError((err, c) => {
@@ -82,6 +91,14 @@ export function createApp(deps: ApiDeps, info: AppInfo = { version: "0.0.0" }): 
   app.route("/v1/skills", skillRoutes());
   app.route("/v1/memory_stores", memoryStoreRoutes());
   return app;
+}
+
+const METHODS = new Set(["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]);
+
+/** The matched route's pattern; a request no route handled (a 404, a wildcard middleware answering) is `unmatched`. */
+function routeLabel(c: Context<AppEnv>): string {
+  const path = routePath(c);
+  return path === "" || path.endsWith("*") ? "unmatched" : path;
 }
 
 /** Postgres SQLSTATE class 22 ("data exception"): value out of range, bad encoding, … */

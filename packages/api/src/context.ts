@@ -1,5 +1,6 @@
 /** What every route can reach through `c.get(...)`: injected, never global. */
 import type { SelfHostedBrain } from "@openma/execution/placement";
+import type { OpenmaMetrics } from "@openma/metrics";
 import type { Clock, IdFactory, SecretBox, Storage } from "@openma/storage";
 import type { Credential } from "./auth.ts";
 import type { TransferSettings } from "./transfers.ts";
@@ -46,6 +47,8 @@ export interface ApiDeps {
   secrets?: SecretBox | undefined;
   /** Buffers, limits and concurrency of large uploads and downloads (transfers.ts); default: built-in values. */
   transfers?: TransferSettings | undefined;
+  /** Request, event-stream and append metrics (`openma serve`: Prometheus); absent: none recorded. */
+  metrics?: OpenmaMetrics | undefined;
 }
 
 /** Published on the change bus after a session is archived or deleted. */

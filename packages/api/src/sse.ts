@@ -7,6 +7,7 @@
  * would keep an idle worker from letting go), and `event: error` for failures.
  */
 import type { Context } from "hono";
+import type { ApiDeps } from "./context.ts";
 
 export interface SseMessage {
   event: string;
@@ -75,10 +76,13 @@ export function sseResponse(c: Context, opts: SseOptions, produce: (channel: Sse
   let queued = 0;
   const writer = writable.getWriter();
   const requestSignal = c.req.raw.signal;
+  const subscribers = (c.get("deps") as ApiDeps | undefined)?.metrics?.sseSubscribers;
+  subscribers?.inc();
 
   const close = () => {
     if (lifetime.signal.aborted) return;
     lifetime.abort();
+    subscribers?.dec();
     clearInterval(keepAlive);
     requestSignal.removeEventListener("abort", close);
     writer.close().catch(() => {});

@@ -362,6 +362,37 @@ describe.each(BACKENDS)("execution worker on %s", (dialect) => {
     expect(await row(id)).toMatchObject({ state: "pending", token_hash: null, attempts: 0 });
   });
 
+  it("drains: claims nothing more and lets the running turn finish", async () => {
+    const worker = startWorker();
+    const first = await newSession();
+    await send(first);
+    const run = await runner.run(1);
+    const drained = worker.drain(60_000);
+    const second = await newSession();
+    await send(second);
+    run.finish();
+    await drained;
+    // It ran to its end ("ran", released idle), not cut short ("shutdown", handed back).
+    expect(await recorder.until(ended(first))).toMatchObject({ result: { type: "ran" }, releasedAs: "idle" });
+    // Left for another process: this one claimed nothing after the drain began.
+    expect(runner.runs).toHaveLength(1);
+    expect(await row(second)).toMatchObject({ state: "pending", generation: 0 });
+  });
+
+  it("hands back, at the drain deadline, a turn still running", async () => {
+    const worker = startWorker();
+    const id = await newSession();
+    await send(id);
+    const run = await runner.run(1);
+    const drained = worker.drain(5_000);
+    await clock.untilSleeping(3); // the poll, the renewal schedule and the drain deadline
+    clock.advance(5_000);
+    await drained;
+    expect(run.signal.aborted).toBe(true);
+    expect(await recorder.until(ended(id))).toMatchObject({ result: { type: "shutdown" }, releasedAs: "pending" });
+    expect(await row(id)).toMatchObject({ state: "pending", token_hash: null });
+  });
+
   it("runs every session exactly once with two workers competing", async () => {
     runner.auto = true;
     startWorker();

@@ -101,6 +101,8 @@ export class ExecutionWorker {
   readonly #turns = new Set<Promise<void>>();
   readonly #shutdown = new AbortController();
   #loop: Promise<void> | null = null;
+  /** Set by `drain`: no more claims, running turns may finish. */
+  #draining = false;
   #woken = false;
   #resume: (() => void) | null = null;
 
@@ -147,6 +149,29 @@ export class ExecutionWorker {
     while (this.#turns.size > 0) await Promise.allSettled([...this.#turns]);
   }
 
+  /**
+   * A rolling restart's stop: claims nothing more and lets the running turns
+   * finish for up to `timeoutMs`; whatever still runs then is handed back as
+   * pending (`stop`), so another process resumes it at once.
+   */
+  async drain(timeoutMs: number): Promise<void> {
+    this.#draining = true;
+    const deadline = new AbortController();
+    const expired = this.#scheduler.sleep(timeoutMs, deadline.signal).then(
+      () => true,
+      () => false,
+    );
+    try {
+      while (this.#turns.size > 0) {
+        const finished = Promise.allSettled([...this.#turns]).then(() => false);
+        if (await Promise.race([finished, expired])) break;
+      }
+    } finally {
+      deadline.abort();
+    }
+    await this.stop();
+  }
+
   /** Wakes the claim loop (bus notification, a finished turn). */
   readonly #kick = (): void => {
     this.#woken = true;
@@ -171,7 +196,7 @@ export class ExecutionWorker {
 
   /** Claims while there are free slots and claimable sessions. */
   async #fill(): Promise<void> {
-    while (this.#turns.size < this.#concurrency && !this.#shutdown.signal.aborted) {
+    while (this.#turns.size < this.#concurrency && !this.#shutdown.signal.aborted && !this.#draining) {
       let claim: ExecutionClaim | null;
       try {
         claim = await claimNext(this.#storage.db, this.#storage.dialect, {

@@ -141,6 +141,7 @@ async function sendEvents(c: Context<AppEnv>, sessionId: string) {
   await checkAnswers(c, sessionId, input.events);
   await checkRubricFiles(db, input.events, "events");
   const drafts = input.events.map((e) => draftFromParam(e, deps.ids));
+  const appendStarted = performance.now();
   const result = await db.transaction().execute(async (trx) => {
     const appended = await appendEvents(deps, sessionId, drafts, { trx });
     const needsWork = selfHosted && appended.appended.some((e) => WORK_BEARING_TYPES.has(e.type));
@@ -150,6 +151,7 @@ async function sendEvents(c: Context<AppEnv>, sessionId: string) {
     if (turn) await requestTurn(trx, sessionId, deps.clock.now());
     return { ...appended, work, turn };
   });
+  deps.metrics?.eventAppendDuration.observe({}, (performance.now() - appendStarted) / 1000);
   if (result.appended.length > 0) await notifySession(deps, sessionId);
   if (result.work?.created) await notifyWorkers(c, session.environment_id);
   if (result.turn) await notifyExecution(c);
