@@ -12,6 +12,7 @@ import type { RecordedRequest } from "./http.ts";
 export * from "./boxes.ts";
 export * from "./faults.ts";
 export * from "./http.ts";
+export * from "./locks.ts";
 
 /** A running stand-in, whatever the vendor. */
 export interface CloudStandIn {

@@ -7,7 +7,7 @@
  * awake, as on the platform.
  */
 import { randomUUID } from "node:crypto";
-import type { Box, LocalBoxes } from "@openma/standin-kit";
+import { type Box, KeyedLocks, type LocalBoxes } from "@openma/standin-kit";
 import type { Scheduler } from "@openma/time";
 
 export type SpriteStatus = "cold" | "warm" | "running";
@@ -36,7 +36,7 @@ export const DEFAULT_SLEEP: SleepPolicy = { warmAfterMs: 30_000, coldAfterMs: 5 
 export class SpriteTable {
   readonly #sprites = new Map<string, SpriteRecord>();
   /** Serializes lifecycle changes per Sprite (a wake racing a sleep). */
-  readonly #locks = new Map<string, Promise<unknown>>();
+  readonly #locks = new KeyedLocks();
 
   constructor(
     private readonly boxes: LocalBoxes,
@@ -82,13 +82,7 @@ export class SpriteTable {
   }
 
   #locked<T>(sprite: SpriteRecord, work: () => Promise<T>): Promise<T> {
-    const previous = this.#locks.get(sprite.name) ?? Promise.resolve();
-    const next = previous.then(work, work);
-    this.#locks.set(
-      sprite.name,
-      next.catch(() => {}),
-    );
-    return next;
+    return this.#locks.run(sprite.name, work);
   }
 
   /** A request reached the Sprite: wake it (warm: unpause, cold: start) and restart its idle clock. */
