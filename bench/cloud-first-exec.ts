@@ -2,7 +2,7 @@
  * Session create → first tool result on each cloud driver, against the same
  * vendor stand-in driven directly through the vendor's SDK:
  * `npx tsx bench/cloud-first-exec.ts [runs=10]` (env `BENCH_WARMUP`,
- * default 2; `BENCH_VENDORS=e2b,daytona,sprites`). Needs Docker with the
+ * default 2; `BENCH_VENDORS=e2b,daytona,sprites,blaxel`). Needs Docker with the
  * sandbox images (the stand-ins run real containers).
  *
  * Per vendor it starts the stand-in in this process and a real `openma
@@ -28,6 +28,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { cpus } from "node:os";
+import { initialize, SandboxInstance } from "@blaxel/core";
 import { Daytona } from "@daytonaio/sdk";
 import { SpritesClient } from "@fly/sprites";
 import { startScriptedModel } from "@openma/scripted-model";
@@ -50,6 +51,15 @@ async function sdkOnce(vendor: Vendor, standIn: CloudStandIn): Promise<{ ms: num
     const daytona = new Daytona({ apiKey: env.DAYTONA_API_KEY, apiUrl: env.DAYTONA_API_URL, useDeprecatedPolling: true });
     const sandbox = await daytona.create({ name: `bench-${randomBytes(6).toString("hex")}` });
     await sandbox.process.executeCommand("true");
+    return { ms: performance.now() - t0, cleanup: () => sandbox.delete() };
+  }
+  if (vendor === "blaxel") {
+    // The SDK reads its endpoints from the environment and keeps its account in module state.
+    process.env.BL_API_URL = env.BL_API_URL;
+    process.env.BL_RUN_URL = env.BL_RUN_URL;
+    initialize({ apikey: env.BL_API_KEY, workspace: env.BL_WORKSPACE, disableH2: true });
+    const sandbox = await SandboxInstance.create({ name: `bench-${randomBytes(6).toString("hex")}`, region: env.BL_REGION });
+    await sandbox.process.exec({ command: "true", waitForCompletion: true });
     return { ms: performance.now() - t0, cleanup: () => sandbox.delete() };
   }
   const client = new SpritesClient(env.SPRITES_TOKEN as string, { baseURL: env.SPRITES_API_URL });

@@ -16,6 +16,10 @@
  * - Fly Sprites: REST and exec reference (api.sprites.dev, `Authorization:
  *   Bearer`): `POST /v1/sprites`, WebSocket `/v1/sprites/{name}/exec`,
  *   `DELETE /v1/sprites/{name}`.
+ * - Blaxel: control plane reference (api.blaxel.ai/v0, `X-Blaxel-Authorization:
+ *   Bearer` with `X-Blaxel-Workspace`): `POST /sandboxes`, `DELETE
+ *   /sandboxes/{sandboxName}`; sandbox-api (the sandbox's URL,
+ *   `run.blaxel.ai/{workspace}/sandboxes/{name}`, same headers): `POST /process`.
  */
 import type { CloudStandIn, RecordedRequest } from "@openma/standin-kit";
 import { afterEach, describe, expect, it } from "vitest";
@@ -53,6 +57,13 @@ const DOCUMENTED: Record<Vendor, Documented & { execAuth?: string }> = {
     exec: { method: "GET", path: /^\/v1\/sprites\/[a-z0-9-]+\/exec$/ },
     kill: { method: "DELETE", path: /^\/v1\/sprites\/[a-z0-9-]+$/ },
     userAgent: null,
+  },
+  blaxel: {
+    auth: "x-blaxel-authorization",
+    create: { method: "POST", path: /^\/v0\/sandboxes$/ },
+    exec: { method: "POST", path: /^\/run\/[a-z0-9-]+\/sandboxes\/[a-z0-9-]+\/process$/ },
+    kill: { method: "DELETE", path: /^\/v0\/sandboxes\/[a-z0-9-]+$/ },
+    userAgent: /^blaxel\/sdk\/typescript\/0\.3\./,
   },
 };
 
@@ -101,6 +112,8 @@ describe.each(VENDORS)("the official %s SDK on the wire", (vendor) => {
     for (const request of [...created, ...kills]) expect(request).toMatchObject({ authHeader: documented.auth, authorized: true });
     for (const request of execs) expect(request).toMatchObject({ authHeader: documented.execAuth ?? documented.auth, authorized: true });
     if (vendor === "e2b") for (const request of execs) expect(request.headerNames).toContain("e2b-sandbox-id");
+    if (vendor === "blaxel")
+      for (const request of [...created, ...execs, ...kills]) expect(request.headerNames).toContain("x-blaxel-workspace");
     if (documented.userAgent) for (const request of [...created, ...kills]) expect(request.userAgent).toMatch(documented.userAgent);
 
     // Nothing the SDK sent was refused, and nothing was left behind.

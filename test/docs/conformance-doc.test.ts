@@ -8,6 +8,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { composeCapabilities } from "@openma/contract";
 import { conformanceOf, DRIVER_CONFORMANCE, type DriverConformance } from "@openma/contract/conformance";
+import { BLAXEL_SANDBOX_CAPABILITIES } from "@openma/driver-blaxel";
 import { BubblewrapSandbox } from "@openma/driver-bubblewrap";
 import { DAYTONA_SANDBOX_CAPABILITIES } from "@openma/driver-daytona";
 import { E2B_SANDBOX_CAPABILITIES } from "@openma/driver-e2b";
@@ -65,6 +66,7 @@ describe("the table against the drivers it describes", () => {
     ["e2b", E2B_SANDBOX_CAPABILITIES],
     ["daytona", DAYTONA_SANDBOX_CAPABILITIES],
     ["sprites", SPRITES_SANDBOX_CAPABILITIES],
+    ["blaxel", BLAXEL_SANDBOX_CAPABILITIES],
   ] as const)("%s: the table says what the driver and the remote workspace and output ports declare", (driver, declared) => {
     const caps = entry(driver).capabilities;
     const never = () => {

@@ -4,16 +4,18 @@
  * it through the vendor's own variables, exactly as `openma` configures it.
  */
 
+import { blaxelConfigFromEnv, createBlaxelDriver } from "@openma/driver-blaxel";
 import { createDaytonaDriver, daytonaConfigFromEnv } from "@openma/driver-daytona";
 import { createE2BDriver, e2bConfigFromEnv } from "@openma/driver-e2b";
 import type { RemoteDriverOptions, RemoteSandboxDriver } from "@openma/driver-kit/remote";
 import { createSpritesDriver, spritesConfigFromEnv } from "@openma/driver-sprites";
+import { startBlaxelStandIn } from "@openma/standin-blaxel";
 import { startDaytonaStandIn } from "@openma/standin-daytona";
 import { startE2BStandIn } from "@openma/standin-e2b";
 import type { CloudStandIn } from "@openma/standin-kit";
 import { startSpritesStandIn } from "@openma/standin-sprites";
 
-export const VENDORS = ["e2b", "daytona", "sprites"] as const;
+export const VENDORS = ["e2b", "daytona", "sprites", "blaxel"] as const;
 export type Vendor = (typeof VENDORS)[number];
 
 export function startVendorStandIn(vendor: Vendor): Promise<CloudStandIn> {
@@ -24,6 +26,8 @@ export function startVendorStandIn(vendor: Vendor): Promise<CloudStandIn> {
       return startDaytonaStandIn();
     case "sprites":
       return startSpritesStandIn();
+    case "blaxel":
+      return startBlaxelStandIn();
   }
 }
 
@@ -43,5 +47,7 @@ export function vendorDriver(vendor: Vendor, standIn: CloudStandIn, options: Rem
       return createDaytonaDriver(configured(daytonaConfigFromEnv(env)), options);
     case "sprites":
       return createSpritesDriver(configured(spritesConfigFromEnv(env)), options);
+    case "blaxel":
+      return createBlaxelDriver(configured(blaxelConfigFromEnv(env)), options);
   }
 }

@@ -3,9 +3,11 @@
  * SANDBOX_PROVIDER alias, the runtime host's fallback), the doctor's checks
  * (missing variables, then one real listing through the SDK), serve's
  * per-session sandboxes on a cloud driver, and `openma standin` — against
- * the Sprites stand-in (real local containers behind it).
+ * the Sprites stand-in (real local containers behind it), and the doctor
+ * against the Blaxel stand-in.
  */
 import { silentLogger } from "@openma/api";
+import type { CloudStandIn } from "@openma/standin-kit";
 import type { SpritesStandIn } from "@openma/standin-sprites";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadConfig } from "./config.ts";
@@ -29,6 +31,8 @@ describe("configuration", () => {
     expect(missingVariables("e2b", {})).toEqual(["E2B_API_KEY"]);
     expect(missingVariables("sprites", { SPRITE_TOKEN: "t" })).toEqual([]);
     expect(missingVariables("sprites", {})).toEqual(["SPRITES_TOKEN or SPRITE_TOKEN"]);
+    expect(missingVariables("blaxel", { BL_API_KEY: "k" })).toEqual(["BL_WORKSPACE"]);
+    expect(loadConfig({ OPENMA_SANDBOX: "blaxel" }).brain.sandbox).toBe("blaxel");
   });
 });
 
@@ -86,5 +90,23 @@ describe("against the Sprites stand-in", () => {
     } finally {
       await sandboxes.close();
     }
+  });
+});
+
+describe("against the Blaxel stand-in", () => {
+  let standIn: CloudStandIn;
+  beforeAll(async () => {
+    standIn = (await startStandIn("blaxel", { PORT: "0" })) as CloudStandIn;
+  });
+  afterAll(async () => {
+    await standIn?.close();
+  });
+
+  it("doctor reaches it through @blaxel/core, and says so when the key is wrong", async () => {
+    expect(describeStandIn(standIn)).toContain(`export BL_API_URL=${standIn.url}/v0`);
+    const reached = await checkRemoteSandboxes({ OPENMA_SANDBOX: "blaxel", ...standIn.env }, 5_000);
+    expect(reached).toMatchObject([{ id: "sandbox:blaxel", status: "ok", facts: { owned: 0 } }]);
+    const wrong = await checkRemoteSandboxes({ ...standIn.env, BL_API_KEY: "wrong-key" }, 5_000);
+    expect(wrong).toMatchObject([{ id: "sandbox:blaxel", status: "warn" }]);
   });
 });

@@ -14,7 +14,7 @@ import type { RemoteRuntimeHostDriver, RemoteSandboxDriver } from "@openma/runti
 import type { DoctorCheck } from "./doctor.ts";
 import { type SandboxBackend, type ServeSandboxes, type ServeSandboxOptions, sessionSandboxes } from "./sandbox.ts";
 
-export const REMOTE_SANDBOX_DRIVERS = ["e2b", "daytona", "sprites"] as const;
+export const REMOTE_SANDBOX_DRIVERS = ["e2b", "daytona", "sprites", "blaxel"] as const;
 export type RemoteSandboxName = (typeof REMOTE_SANDBOX_DRIVERS)[number];
 
 export function isRemoteSandbox(name: string | undefined): name is RemoteSandboxName {
@@ -70,6 +70,15 @@ export const REMOTE_DRIVERS: Record<RemoteSandboxName, RemoteDriverRow> = {
     async open(env, options) {
       const { createSpritesDriver, spritesConfigFromEnv } = await import("@openma/driver-sprites");
       return createSpritesDriver(configured(spritesConfigFromEnv(env)), options);
+    },
+  },
+  blaxel: {
+    title: "Blaxel",
+    required: [["BL_API_KEY"], ["BL_WORKSPACE"]],
+    optional: ["BL_API_URL", "BL_RUN_URL", "BL_REGION", "BL_DISABLE_H2", "OPENMA_BLAXEL_IMAGE"],
+    async open(env, options) {
+      const { blaxelConfigFromEnv, createBlaxelDriver } = await import("@openma/driver-blaxel");
+      return createBlaxelDriver(configured(blaxelConfigFromEnv(env)), options);
     },
   },
 };

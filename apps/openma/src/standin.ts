@@ -20,6 +20,7 @@ const STARTERS: Record<
   e2b: async (o) => (await import("@openma/standin-e2b")).startE2BStandIn(o),
   daytona: async (o) => (await import("@openma/standin-daytona")).startDaytonaStandIn(o),
   sprites: async (o) => (await import("@openma/standin-sprites")).startSpritesStandIn(o),
+  blaxel: async (o) => (await import("@openma/standin-blaxel")).startBlaxelStandIn(o),
 };
 
 export const STANDIN_USAGE = `usage: openma standin <${REMOTE_SANDBOX_DRIVERS.join("|")}>  (PORT, HOST, STANDIN_API_KEY)`;

@@ -8,6 +8,7 @@
  * SDK at it with `BL_API_URL` and `BL_RUN_URL` (the create response's
  * `metadata.url` names each sandbox's sandbox-api here too).
  */
+import type { IncomingMessage } from "node:http";
 import { posix } from "node:path";
 import {
   type CloudStandIn,
@@ -238,7 +239,10 @@ export async function startBlaxelStandIn(options: BlaxelStandInOptions = {}): Pr
       stdin: body.stdin === true,
     };
     if ((c.req.header("accept") ?? "").includes("text/event-stream")) {
-      return execStream(record, input, injected?.kind === "cut" ? (injected.afterBytes ?? 0) : null);
+      // A cut drops the TCP connection itself, as a lost network path would.
+      const socket = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming?.socket;
+      const cut = injected?.kind === "cut" ? { afterBytes: injected.afterBytes ?? 0, drop: () => socket?.destroy() } : null;
+      return execStream(record, input, cut);
     }
     let proc: SandboxProcessRecord;
     try {
@@ -339,7 +343,11 @@ export async function startBlaxelStandIn(options: BlaxelStandInOptions = {}): Pr
   });
 
   /** Streaming exec: NDJSON `{type, data}` events (stdout, stderr, then result), as the daemon answers `Accept: text/event-stream`. */
-  function execStream(record: SandboxRecord, input: Parameters<SandboxRecord["processes"]["start"]>[1], cutAfter: number | null) {
+  function execStream(
+    record: SandboxRecord,
+    input: Parameters<SandboxRecord["processes"]["start"]>[1],
+    cut: { afterBytes: number; drop: () => void } | null,
+  ) {
     const encoder = new TextEncoder();
     const decoders = { stdout: new TextDecoder(), stderr: new TextDecoder() };
     let controller!: ReadableStreamDefaultController<Uint8Array>;
@@ -349,10 +357,10 @@ export async function startBlaxelStandIn(options: BlaxelStandInOptions = {}): Pr
     const emit = (type: string, data: string) => {
       if (!open) return;
       const bytes = encoder.encode(`${JSON.stringify({ type, data })}\n`);
-      if (cutAfter !== null && sent + bytes.length > cutAfter) {
+      if (cut !== null && sent + bytes.length > cut.afterBytes) {
         // The stream is cut mid-exec: the connection drops, the process goes on.
         open = false;
-        controller.error(new Error("stream cut"));
+        cut.drop();
         return;
       }
       sent += bytes.length;
