@@ -54,6 +54,20 @@ export function recorder(log: RecordedRequest[], limit = 5000): MiddlewareHandle
   };
 }
 
+/** Records a WebSocket upgrade request (it never reaches the Hono app) with its credential verdict. */
+export function recordUpgrade(log: RecordedRequest[], request: IncomingMessage, header: string, authorized: boolean): void {
+  const url = new URL(request.url ?? "/", "http://standin");
+  log.push({
+    method: "GET",
+    path: url.pathname,
+    query: url.search,
+    authHeader: request.headers[header] === undefined ? null : header,
+    authorized,
+    headerNames: Object.keys(request.headers),
+    userAgent: request.headers["user-agent"] ?? null,
+  });
+}
+
 /** Marks the request's credential verdict for the record. */
 export function noteAuth(c: Context<StandInEnv>, header: string | null, ok: boolean): void {
   c.set("auth", { header, ok });

@@ -19,6 +19,7 @@ import {
   noteAuth,
   type RecordedRequest,
   recorder,
+  recordUpgrade,
   type StandInEnv,
   type StandInOptions,
   serveStandIn,
@@ -293,17 +294,8 @@ function execRoute(deps: { table: SpriteTable; faults: FaultQueue; token: string
     },
     async accept(request, params) {
       const url = new URL(request.url ?? "/", "http://standin");
-      const auth = request.headers.authorization;
-      const ok = auth === `Bearer ${token}`;
-      requests.push({
-        method: "GET",
-        path: url.pathname,
-        query: url.search,
-        authHeader: auth === undefined ? null : "authorization",
-        authorized: ok,
-        headerNames: Object.keys(request.headers),
-        userAgent: request.headers["user-agent"] ?? null,
-      });
+      const ok = request.headers.authorization === `Bearer ${token}`;
+      recordUpgrade(requests, request, "authorization", ok);
       if (!ok) return { status: 401, body: JSON.stringify({ error: "unauthorized" }) };
       const sprite = table.get(params.name as string);
       const f = faults.take("exec");
