@@ -180,6 +180,7 @@ export const DRIVER_CONFORMANCE: readonly DriverConformance[] = [
       "Seccomp denylist on x86_64 and aarch64; elsewhere the driver declares it missing. Needs root on the host; sandbox processes run as an unprivileged host uid (65534 by default).",
       "Harness lanes as shipped: `ama_worker` (`openma runtime-host`: the official EnvironmentWorker inside the sandbox, its only way out a unix socket bridged to the control plane's API) and `openma_supervised` (`@openma/supervisor`); both run end to end on this driver in `npm run test:integration:runtime`.",
       HOST_FS_NOTE,
+      "Node inside: the image-based lanes (`ama_worker`, `openma_supervised`) run on the base rootfs, which `build-images.sh` builds around the project's Node 24. `openma serve`'s per-session sandboxes use the host's `/usr` (its tools) with the server's own Node installation bound read-only at `/opt/openma/node` and first on `PATH`, so `node` there is the server's Node 24 and not the machine's older `/usr/bin/node`.",
     ],
   },
   {

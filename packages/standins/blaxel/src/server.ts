@@ -25,6 +25,7 @@ import {
   serveStandIn,
 } from "@openma/standin-kit";
 import { type Context, Hono } from "hono";
+import { mountMultipart } from "./multipart.ts";
 import { type OutputListener, processJson, type SandboxProcessRecord } from "./processes.ts";
 import { type SandboxRecord, SandboxTable, sandboxJson } from "./sandboxes.ts";
 
@@ -406,20 +407,22 @@ export async function startBlaxelStandIn(options: BlaxelStandInOptions = {}): Pr
 
   // --- filesystem ----------------------------------------------------------------------------------
 
-  /** The absolute path after `/filesystem/` (the SDK may or may not encode its slashes). */
-  const fsPath = (c: Ctx): string | null => {
+  /** The absolute path after `marker` (the SDK may or may not encode its slashes). */
+  const pathAfter = (c: Ctx, marker: string): string | null => {
     const url = new URL(c.req.url);
-    const at = url.pathname.indexOf("/filesystem/");
+    const at = url.pathname.indexOf(marker);
     if (at < 0) return null;
     let raw: string;
     try {
-      raw = decodeURIComponent(url.pathname.slice(at + "/filesystem/".length));
+      raw = decodeURIComponent(url.pathname.slice(at + marker.length));
     } catch {
       return null;
     }
     if (raw.includes("\0")) return null;
     return posix.resolve("/", raw);
   };
+  const fsPath = (c: Ctx) => pathAfter(c, "/filesystem/");
+  mountMultipart(app, { base, target: (c) => target(c, "files"), pathAfter, apiError });
 
   app.get(`${base}/filesystem/*`, async (c) => {
     const record = await target(c, "files");
