@@ -18,7 +18,7 @@ import { MIN_NODE_MAJOR } from "./node-version.ts";
 export type CheckStatus = "ok" | "missing" | "warn" | "skipped";
 
 export interface DoctorCheck {
-  id: "node" | "sqlite" | "postgres" | "bubblewrap" | "docker" | "images" | "cgroups" | `sandbox:${string}`;
+  id: "node" | "sqlite" | "postgres" | "bubblewrap" | "docker" | "images" | "cgroups" | "acp" | `sandbox:${string}`;
   status: CheckStatus;
   /** One line on what was found. */
   detail: string;
@@ -378,7 +378,9 @@ export async function runDoctor(options: DoctorOptions = {}): Promise<DoctorRepo
   // Cloud drivers in use (selected, or with credentials present): their variables, and one real call.
   const { checkRemoteSandboxes } = await import("./remote-sandboxes.ts");
   const remote = await checkRemoteSandboxes(env, timeoutMs);
-  return summarize([checkNode(), sqlite, postgres, bubblewrap, docker, images, cgroups, ...remote]);
+  const { checkAcpHarnesses } = await import("./acp-harnesses.ts");
+  const acp = await checkAcpHarnesses(env);
+  return summarize([checkNode(), sqlite, postgres, bubblewrap, docker, images, cgroups, ...remote, acp]);
 }
 
 /**
