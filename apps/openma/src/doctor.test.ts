@@ -110,6 +110,7 @@ describe("openma doctor", () => {
       "images",
       "cgroups",
       "sandboxes",
+      "acp",
     ]);
     const human = await cli(["doctor"], { DATABASE_URL: "" });
     expect(human.stdout).toContain("embedded default: can run");

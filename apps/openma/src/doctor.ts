@@ -18,7 +18,7 @@ import { MIN_NODE_MAJOR } from "./node-version.ts";
 export type CheckStatus = "ok" | "missing" | "warn" | "skipped";
 
 export interface DoctorCheck {
-  id: "node" | "sqlite" | "postgres" | "bubblewrap" | "docker" | "images" | "cgroups" | "sandboxes" | `sandbox:${string}`;
+  id: "node" | "sqlite" | "postgres" | "bubblewrap" | "docker" | "images" | "cgroups" | "sandboxes" | "acp" | `sandbox:${string}`;
   status: CheckStatus;
   /** One line on what was found. */
   detail: string;
@@ -381,7 +381,9 @@ export async function runDoctor(options: DoctorOptions = {}): Promise<DoctorRepo
   // Session sandboxes per driver (owned, idle, orphaned) in the database the server would use.
   const { checkSandboxOwnership } = await import("./sandbox-owners.ts");
   const sandboxes = await checkSandboxOwnership(env, timeoutMs);
-  return summarize([checkNode(), sqlite, postgres, bubblewrap, docker, images, cgroups, ...remote, sandboxes]);
+  const { checkAcpHarnesses } = await import("./acp-harnesses.ts");
+  const acp = await checkAcpHarnesses(env);
+  return summarize([checkNode(), sqlite, postgres, bubblewrap, docker, images, cgroups, ...remote, sandboxes, acp]);
 }
 
 /**

@@ -28,7 +28,7 @@ export interface AcpSpawnInput {
   env: Readonly<Record<string, string>>;
 }
 
-export type AcpSpawn = (input: AcpSpawnInput) => AcpChildProcess;
+export type AcpSpawn = (input: AcpSpawnInput) => AcpChildProcess | Promise<AcpChildProcess>;
 
 export class AcpResumeError extends Error {
   override name = "AcpResumeError";
@@ -61,7 +61,7 @@ export class AcpAgentClient {
 
   /** Spawns the child, connects, and sends `initialize`. */
   static async start(spawn: AcpSpawn, input: AcpSpawnInput, hooks: AcpClientHooks = {}): Promise<AcpAgentClient> {
-    const child = spawn(input);
+    const child = await spawn(input);
     let self: AcpAgentClient | null = null;
     const app = acp
       .client()
@@ -73,6 +73,8 @@ export class AcpAgentClient {
         return optionId ? { outcome: { outcome: "selected", optionId } } : { outcome: { outcome: "cancelled" } };
       });
     const connection = app.connect(acp.ndJsonStream(child.stdin, child.stdout));
+    // A dead child closes the connection with an error; pending requests carry it to their callers.
+    connection.closed.catch(() => {});
     self = new AcpAgentClient(child, connection);
     try {
       const init = await connection.agent.request<acp.InitializeResponse>(acp.methods.agent.initialize, {

@@ -1,4 +1,12 @@
 export {
+  type AcpAgentRelease,
+  agentCacheRoot,
+  ensureAgentRelease,
+  type InstalledAgentRelease,
+  KNOWN_AGENT_RELEASES,
+  listInstalledAgentReleases,
+} from "./agent-cache.ts";
+export {
   AcpAgentClient,
   type AcpChildProcess,
   type AcpClientHooks,
@@ -55,6 +63,7 @@ export {
   type RecoveryPromptInput,
   recoveryHistoryLines,
 } from "./recovery-prompt.ts";
+export { sandboxSpawn, toolSandboxStatePort } from "./sandbox.ts";
 export {
   type AcpAgentLaunch,
   AcpSessionRunner,

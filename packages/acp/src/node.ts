@@ -6,7 +6,7 @@
 import { execFile, spawn } from "node:child_process";
 import { writeFile } from "node:fs/promises";
 import { Readable, Writable } from "node:stream";
-import type { AcpChildProcess, AcpSpawn } from "./agent-client.ts";
+import type { AcpChildProcess, AcpSpawnInput } from "./agent-client.ts";
 import type { AcpExecResult, AcpStatePort } from "./native-state.ts";
 
 export function nodeStatePort(): AcpStatePort {
@@ -28,7 +28,7 @@ export function nodeStatePort(): AcpStatePort {
  * Spawns an ACP child with exactly `env` (nothing inherited: control-plane
  * variables and credentials of the parent never leak into the agent).
  */
-export const nodeSpawn: AcpSpawn = (input) => {
+export const nodeSpawn = (input: AcpSpawnInput): AcpChildProcess => {
   const child = spawn(input.command, [...input.args], {
     cwd: input.cwd,
     env: { ...input.env },

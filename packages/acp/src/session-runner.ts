@@ -20,7 +20,7 @@
  */
 import type { ContentBlock, PromptResponse } from "@agentclientprotocol/sdk/unstable";
 import { AcpAgentClient, AcpResumeError, type AcpSpawn } from "./agent-client.ts";
-import { bindAcpState } from "./binding.ts";
+import { type AcpStateBinding, bindAcpState } from "./binding.ts";
 import { AcpNativeState, type AcpStatePort } from "./native-state.ts";
 import { type EventDraft, modelRequestEnd, TurnProjection } from "./projection.ts";
 import { buildRecoveryPrompt, type CanonicalEvent, RECOVERY_WARNING_MESSAGE, RECOVERY_WARNING_SOURCE } from "./recovery-prompt.ts";
@@ -47,6 +47,12 @@ export interface AcpSessionRunnerOptions {
   workspaceRoot?: string;
   ephemeralRoot?: string;
   recoveryBudget?: number;
+  /**
+   * Writes the agent's configuration (model endpoint, permissions) into the
+   * live native home before it starts, on every placement: configuration is
+   * rebuilt, never restored from a checkpoint.
+   */
+  configure?: (binding: AcpStateBinding, state: AcpStatePort) => Promise<void>;
 }
 
 export type AcpStartOutcome = { mode: "new" | "resume" | "load"; recovery: AcpRecoveryReason | null; acpSessionId: string };
@@ -88,6 +94,7 @@ export class AcpSessionRunner {
     const canonical = canonicalWatermark(this.options.history);
     const { plan } = await prepareResume(this.native, canonical);
     const b = this.native.binding;
+    await this.options.configure?.(b, this.options.state);
     this.client = await AcpAgentClient.start(
       this.options.spawn,
       { command: this.options.agent.command, args: this.options.agent.args, cwd: this.cwd, env: { ...this.options.agent.env, ...b.env } },

@@ -1,0 +1,22 @@
+import { defineConfig } from "vitest/config";
+
+/**
+ * Real ACP agents beyond the default run's Codex (Gemini CLI, Claude Code):
+ * each installs its release once into the agent cache (Claude Code is ~400 MB)
+ * and takes about a minute, so they stay out of `npm test`.
+ * `npm run test:integration:acp` runs them with the default ACP tests.
+ */
+export default defineConfig({
+  test: {
+    include: [
+      "test/acp/**/*.test.ts",
+      "test/acp/**/*.agent-e2e.ts",
+      "packages/acp/src/**/*.test.ts",
+      "packages/model-gateway/src/**/*.test.ts",
+    ],
+    testTimeout: 600_000,
+    hookTimeout: 600_000,
+    pool: "forks",
+    maxWorkers: 1,
+  },
+});
