@@ -3,3 +3,4 @@ export * from "./auth.ts";
 export * from "./context.ts";
 export * from "./errors.ts";
 export * from "./event-log.ts";
+export * from "./previews.ts";
