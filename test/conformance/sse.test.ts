@@ -260,6 +260,8 @@ describe.each(BACKENDS)("stream subscriptions on %s", (dialect: Dialect) => {
           subscriptions.emit("change", topic);
         };
       },
+      broadcast: (topic, payload) => inner.broadcast(topic, payload),
+      listen: (topic, cb) => inner.listen(topic, cb),
       close: () => inner.close(),
     };
     const storage: Storage = { ...store.storage, bus };
@@ -365,6 +367,8 @@ describe.each(["postgres"] as const)("shared reads on %s", (dialect: Dialect) =>
           cb();
           wakeups.emit("wake");
         }),
+      broadcast: (topic, payload) => inner.broadcast(topic, payload),
+      listen: (topic, cb) => inner.listen(topic, cb),
       close: () => inner.close(),
     };
     const storage: Storage = { ...store.storage, bus, db: store.storage.db.withPlugin(gate) };

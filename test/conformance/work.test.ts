@@ -45,6 +45,8 @@ async function startClockedServer(dialect: Dialect): Promise<ClockedServer> {
       subscriptions.emit("subscribed", topic);
       return unsubscribe;
     },
+    broadcast: (topic, payload) => inner.broadcast(topic, payload),
+    listen: (topic, cb) => inner.listen(topic, cb),
     close: () => inner.close(),
   };
   const storage: Storage = { ...store.storage, bus };

@@ -296,6 +296,15 @@ describe.each(BACKENDS)("harness actions on %s", (dialect) => {
           readFile: (i) => port.readFile(i),
           writeFile: (i) => port.writeFile(i),
           list: (i) => port.list(i),
+          // `bash` runs in the persistent shell: observe that process's output.
+          spawnProcess: (input) =>
+            (port.spawnProcess as NonNullable<ToolSandboxPort["spawnProcess"]>)({
+              ...input,
+              onOutput: (stream, chunk) => {
+                if (Buffer.from(chunk).toString().includes("started")) started();
+                input.onOutput(stream, chunk);
+              },
+            }),
         };
         return { type: "ready", port: wrapped };
       },
@@ -306,7 +315,10 @@ describe.each(BACKENDS)("harness actions on %s", (dialect) => {
     await h.t.client.beta.sessions.events.send(sessionId, { events: [{ type: "user.interrupt" }] });
     expect(await turn).toEqual({ type: "interrupted" });
     const events = await h.events(sessionId);
-    expect(ofType(events, "agent.tool_result")[0]).toMatchObject({ is_error: true, content: [{ type: "text", text: "bash: aborted" }] });
+    expect(ofType(events, "agent.tool_result")[0]).toMatchObject({
+      is_error: true,
+      content: [{ type: "text", text: "bash: aborted (the shell was stopped; the next call starts a new one)" }],
+    });
     expect(events.at(-1)).toMatchObject({ type: "session.status_idle", stop_reason: { type: "end_turn" } });
     expect(countTypes(events.map((e) => e.type))["span.model_request_start"]).toBe(1);
   });

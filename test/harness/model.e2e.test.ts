@@ -11,8 +11,8 @@ function crashingAfter(model: ModelPort, crashOnCall: number): ModelPort {
   let calls = 0;
   return {
     retry: model.retry,
-    async send(request, signal) {
-      const result = await model.send(request, signal);
+    async send(request, signal, observer) {
+      const result = await model.send(request, signal, observer);
       calls += 1;
       if (calls === crashOnCall) throw new Error("simulated crash between the model response and the appends");
       return result;

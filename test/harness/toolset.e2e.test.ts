@@ -21,7 +21,7 @@ describe.each(BACKENDS)("harness toolset on %s", (dialect) => {
   let h: Harness;
   beforeAll(async () => {
     h = await startHarness(dialect, [
-      toolTurn(null, "bash", { command: "echo hello; mkdir -p src; printf 'oops' >&2; exit 0" }, usage(100, 20, 50, 7)),
+      toolTurn(null, "bash", { command: "echo hello; mkdir -p src; printf 'oops' >&2; true" }, usage(100, 20, 50, 7)),
       toolTurn("bash", "write", { file_path: "src/notes.txt", content: "alpha\nbeta\n" }),
       toolTurn("write", "read", { file_path: "src/notes.txt" }),
       toolTurn("read", "edit", { file_path: "src/notes.txt", old_string: "beta", new_string: "gamma" }),

@@ -37,14 +37,76 @@ describe("bash", () => {
 
   it("reports a non-zero exit as an error with the output, or `exit N`", async () => {
     workspace();
-    expect(await run("bash", { command: "echo bad; exit 2" })).toEqual(errText("bad"));
-    expect(await run("bash", { command: "exit 7" })).toEqual(errText("exit 7"));
+    expect(await run("bash", { command: "echo bad; false" })).toEqual(errText("bad"));
+    expect(await run("bash", { command: "(exit 7)" })).toEqual(errText("exit 7"));
   });
 
-  it("runs in the workspace; nothing survives between calls", async () => {
+  it("keeps one shell per sandbox: the working directory, variables and background jobs survive between calls", async () => {
     const dir = workspace();
-    expect(await run("bash", { command: "pwd; cd /; X=1" })).toEqual(okText(dir));
+    expect(await run("bash", { command: "pwd; cd /tmp && export X=1; Y=2" })).toEqual(okText(dir));
+    expect(await run("bash", { command: 'pwd; echo $X; echo "y=$Y"' })).toEqual(okText("/tmp\n1\ny=2"));
+    expect(await run("bash", { command: "cd - >/dev/null; sleep 300 & echo $! > job.pid; pwd" })).toEqual(okText(dir));
+    expect(await run("bash", { command: 'kill -0 "$(cat job.pid)" && jobs | grep -c "sleep 300"' })).toEqual(okText("1"));
+  });
+
+  it("kills a timed-out command and keeps the shell, its state and its background jobs", async () => {
+    workspace();
+    await run("bash", { command: "cd /tmp && export X=1; (sleep 300) & { sleep 300; } & echo started" });
+    const r = await run("bash", { command: "echo before; sleep 1000; echo after", timeout_ms: 300 });
+    expect(r.isError).toBe(true);
+    expect(r.text).toMatch(
+      /^bash: command timed out after 300 ms \(the command was killed; the shell, its working directory and variables are kept\)\nbefore/,
+    );
+    expect(r.text).not.toContain("\nafter");
+    // A loop of builtins, which no child kill can stop, is returned from as well.
+    const loop = await run("bash", { command: "while :; do :; done", timeout_ms: 300 });
+    expect(loop.text).toMatch(/^bash: command timed out after 300 ms \(the command was killed;/);
+    expect(await run("bash", { command: "cd /tmp; echo $X; jobs | grep -c 'sleep 300'" })).toEqual(okText("1\n2"));
+  });
+
+  it("restarts the shell on request, and in place after `exit`, and says so", async () => {
+    const dir = workspace();
+    await run("bash", { command: "cd /tmp; export X=1" });
+    expect(await run("bash", { restart: true })).toEqual(okText("the shell was restarted"));
     expect(await run("bash", { command: 'pwd; echo "x=$X"' })).toEqual(okText(`${dir}\nx=`));
+    const exited =
+      "[bash: the command ran `exit`, so the shell was restarted in place: the working directory, exported variables and " +
+      "background processes are kept; other variables and functions are not]";
+    expect(await run("bash", { command: "cd /tmp; export X=1; Y=2; echo bye; exit 3; echo never" })).toEqual(errText(`bye\n${exited}`));
+    expect(await run("bash", { command: 'pwd; echo "x=$X y=$Y"' })).toEqual(okText("/tmp\nx=1 y="));
+    expect(await run("bash", { command: "exit" })).toEqual(okText(exited));
+    // `set -e` ends the shell the same way.
+    expect(await run("bash", { command: "set -e; false; echo never" })).toEqual(errText(`exit 1\n${exited}`));
+    expect(await run("bash", { command: "echo still here" })).toEqual(okText("still here"));
+    expect(await run("bash", { restart: true, command: "pwd" })).toEqual(okText(`[bash: the shell was restarted]\n${dir}`));
+  });
+
+  it("reports a shell that died and starts a new one", async () => {
+    const dir = workspace();
+    expect(await run("bash", { command: "echo dying; kill -KILL $$" })).toEqual(
+      errText("dying\nbash: the shell ended (exit -1 (SIGKILL)); the next call starts a new one"),
+    );
+    expect(await run("bash", { command: "pwd" })).toEqual(
+      okText(
+        `[bash: a new shell was started: the previous shell ended; it starts in the workspace directory, without earlier variables or background jobs]\n${dir}`,
+      ),
+    );
+  });
+
+  it("reports a fresh shell after the sandbox was replaced", async () => {
+    n += 1;
+    const id = `sesn_tools_${n}`;
+    port = driver.portFor(id);
+    await run("bash", { command: "cd /tmp; export X=1" });
+    driver.replace(id);
+    port = driver.portFor(id);
+    const r = await runSandboxTool(port, "bash", { command: 'pwd; echo "x=$X"' }, new AbortController().signal, { priorBashCalls: true });
+    expect(r).toEqual(
+      okText(
+        "[bash: a new shell was started: the previous shell is gone (the sandbox was replaced or the server restarted); " +
+          `it starts in the workspace directory, without earlier variables or background jobs]\n${port.workdir}\nx=`,
+      ),
+    );
   });
 
   it("keeps the last 100 KiB of output", async () => {
@@ -64,7 +126,7 @@ describe("bash", () => {
     expect((await run("bash", { command: "echo hi", timeout_ms: 0 })).text).toMatch(/timed out after 0 ms/);
     expect(await run("bash", {})).toEqual(errText("bash: command is required"));
     expect(await run("bash", { command: "x", timeout_ms: -1 })).toEqual(errText("bash: timeout_ms must be a non-negative integer"));
-    expect(await run("bash", { restart: true })).toEqual(okText("bash session restarted"));
+    expect(await run("bash", { restart: true })).toEqual(okText("the shell was restarted"));
   });
 });
 

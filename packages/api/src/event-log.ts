@@ -112,7 +112,7 @@ async function appendIn(
       continue;
     }
     const { id: _id, type: _type, processed_at: _at, ...fields } = draft.fields;
-    const event: SessionEvent = { id: deps.ids("sevt"), type: draft.type, ...fields, processed_at: processedAt };
+    const event: SessionEvent = { id: draft.id ?? deps.ids("sevt"), type: draft.type, ...fields, processed_at: processedAt };
     seq += 1;
     rows.push({
       session_id: sessionId,

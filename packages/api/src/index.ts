@@ -5,3 +5,4 @@ export * from "./errors.ts";
 export * from "./event-log.ts";
 export * from "./session-activity.ts";
 export * from "./transfers.ts";
+export * from "./previews.ts";

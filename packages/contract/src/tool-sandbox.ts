@@ -11,6 +11,8 @@
  * keys, database URLs) to the processes they start.
  */
 
+import type { SandboxSpawnInput, SandboxSpawnResult } from "./process.ts";
+
 export type OutputStream = "stdout" | "stderr";
 
 export interface ExecInput {
@@ -102,6 +104,15 @@ export interface ToolSandboxPort {
     skipDirNames?: readonly string[];
     signal: AbortSignal;
   }): Promise<ListResult>;
+  /**
+   * A long-lived process with duplex stdio, in the same sandbox and with the
+   * same environment as `exec` (`cwd` defaults to `workdir`). The `bash` tool
+   * keeps one shell per sandbox on it, so the working directory, exported
+   * variables and background jobs survive between calls. Optional: without
+   * it every `bash` call runs in a fresh shell. The process must die with
+   * the sandbox; `kill` ends it and everything it started.
+   */
+  spawnProcess?(input: SandboxSpawnInput): Promise<SandboxSpawnResult>;
 }
 
 /** What the loop knows about the session when it asks for a sandbox. */

@@ -29,6 +29,7 @@ function errorText(err: unknown): string {
 async function execute(
   deps: TurnRunnerDeps,
   ctx: SessionContext,
+  state: LogState,
   toolUse: ToolUseRecord,
   action: Action,
   signal: AbortSignal,
@@ -58,7 +59,11 @@ async function execute(
   }
   if (resolution.type === "unavailable")
     return { content: [{ type: "text", text: `${toolUse.name}: ${resolution.reason}` }], isError: true };
-  const out = await runSandboxTool(resolution.port, toolUse.name, toolUse.input, signal);
+  // Whether an earlier `bash` call ran (perhaps in another process or sandbox): a fresh shell must then say so.
+  const priorBashCalls = state.toolUses.some(
+    (u) => u.kind === "tool" && u.name === "bash" && u.seq < toolUse.seq && state.results.has(u.id),
+  );
+  const out = await runSandboxTool(resolution.port, toolUse.name, toolUse.input, signal, { priorBashCalls });
   return { content: [{ type: "text", text: out.text }], isError: out.isError };
 }
 
@@ -74,7 +79,7 @@ export async function actStep(
   const watch = new TurnWatch(deps.storage, ctx.sessionId, state.lastSeq, signal);
   let result: Outcome;
   try {
-    result = await execute(deps, ctx, toolUse, action, watch.signal);
+    result = await execute(deps, ctx, state, toolUse, action, watch.signal);
   } finally {
     watch.close();
   }

@@ -19,6 +19,7 @@ import { buildConversation } from "./conversation.ts";
 import { failedAttemptsSince, type LogState } from "./log.ts";
 import type { ModelAttempt, ModelFailure, ModelRequest, ModelResponse } from "./model.ts";
 import { SANDBOX_FREE_REFUSAL, type TurnOutcome } from "./plan.ts";
+import { PreviewPublisher } from "./previews.ts";
 import { isDescribedError, type ServerToolExecutor } from "./server-tools.ts";
 import { buildCatalogue, isSandboxTool, type ToolCatalogue } from "./tools.ts";
 import type { TurnRunnerDeps } from "./turn.ts";
@@ -75,15 +76,19 @@ function planResponse(
   catalogue: ToolCatalogue,
   sandboxFree: boolean,
   usageFields: Record<string, unknown>,
+  previewed: (index: number) => string | undefined,
 ): ResponsePlan {
   const drafts: EventDraft[] = [];
   const refusals: ResponsePlan["refusals"] = [];
   let toolUses = 0;
   response.content.forEach((block, i) => {
     const blockKey = `${key}:block:${i}`;
-    if (block.type === "thinking" || block.type === "redacted_thinking") drafts.push(draft("agent.thinking", {}, blockKey));
+    // A block previewed on the stream lands under the id its `event_start` announced.
+    const id = previewed(i);
+    const withId = (d: EventDraft): EventDraft => (id ? { ...d, id } : d);
+    if (block.type === "thinking" || block.type === "redacted_thinking") drafts.push(withId(draft("agent.thinking", {}, blockKey)));
     else if (block.type === "text" && block.text !== "") {
-      drafts.push(draft("agent.message", { content: [{ type: "text", text: block.text }] }, blockKey));
+      drafts.push(withId(draft("agent.message", { content: [{ type: "text", text: block.text }] }, blockKey)));
     } else if (block.type === "tool_use") {
       toolUses++;
       const made = toolUseDraft(block, catalogue, sandboxFree, blockKey);
@@ -191,13 +196,16 @@ async function runAttempt(rq: Requested, attempt: number): Promise<AttemptOutcom
   if (started.type !== "ok") return ENDED;
   const startId = (started.value[0] as { id: string }).id;
   const watch = new TurnWatch(deps.storage, ctx.sessionId, rq.state.lastSeq, rq.signal);
+  const previews = new PreviewPublisher(deps.storage.bus, ctx.sessionId, () => deps.ids("sevt"));
   let result: ModelAttempt;
   try {
-    result = await deps.model.send(rq.request, watch.signal);
+    result = await deps.model.send(rq.request, watch.signal, previews);
   } finally {
     watch.close();
   }
-  if (result.type === "response") return recordResponse(rq, attempt, startId, result.response);
+  // Every preview frame goes out before the events that conclude them.
+  await previews.flush();
+  if (result.type === "response") return recordResponse(rq, attempt, startId, result.response, (i) => previews.idFor(i));
   if (result.type === "failure") return recordFailure(rq, attempt, startId, result.failure);
   const outcome = abortOutcome(watch.reason);
   if (outcome !== "interrupt") return outcome;
@@ -205,10 +213,16 @@ async function runAttempt(rq: Requested, attempt: number): Promise<AttemptOutcom
   return null;
 }
 
-async function recordResponse(rq: Requested, attempt: number, startId: string, response: ModelResponse): Promise<TurnOutcome | null> {
+async function recordResponse(
+  rq: Requested,
+  attempt: number,
+  startId: string,
+  response: ModelResponse,
+  previewed: (index: number) => string | undefined,
+): Promise<TurnOutcome | null> {
   const { deps, ctx, key } = rq;
   const usageFields = await usageEventFields(deps, ctx, addModelUsage(rq.state.usage, response.usage));
-  const plan = planResponse(key, attempt, startId, response, rq.catalogue, ctx.envType === "none", usageFields);
+  const plan = planResponse(key, attempt, startId, response, rq.catalogue, ctx.envType === "none", usageFields, previewed);
   const landed = await withSession(
     deps,
     ctx.sessionId,

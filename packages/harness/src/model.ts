@@ -72,9 +72,16 @@ export interface RetryPolicy {
   sleep(ms: number, signal: AbortSignal): Promise<void>;
 }
 
+/** A live view of a response while it streams (what `event_deltas` previews are made of); must not throw. */
+export interface ModelStreamObserver {
+  /** A content block opened; `type` is the Messages API block type (`text`, `thinking`, `tool_use` …). */
+  blockStart(index: number, type: string): void;
+  textDelta(index: number, text: string): void;
+}
+
 export interface ModelPort {
   /** One attempt: never throws for an upstream failure, returns it as a value. */
-  send(request: ModelRequest, signal: AbortSignal): Promise<ModelAttempt>;
+  send(request: ModelRequest, signal: AbortSignal, observer?: ModelStreamObserver): Promise<ModelAttempt>;
   readonly retry: RetryPolicy;
 }
 
@@ -148,7 +155,7 @@ export function createAnthropicModel(opts: AnthropicModelOptions): ModelPort {
   });
   return {
     retry,
-    async send(request, signal) {
+    async send(request, signal, observer) {
       if (signal.aborted) return { type: "aborted" };
       try {
         const stream = client.messages.stream(
@@ -162,6 +169,13 @@ export function createAnthropicModel(opts: AnthropicModelOptions): ModelPort {
           },
           { signal },
         );
+        if (observer) {
+          stream.on("streamEvent", (event) => {
+            if (event.type === "content_block_start") observer.blockStart(event.index, event.content_block.type);
+            else if (event.type === "content_block_delta" && event.delta.type === "text_delta")
+              observer.textDelta(event.index, event.delta.text);
+          });
+        }
         const message = await stream.finalMessage();
         return { type: "response", response: { content: message.content, stopReason: message.stop_reason, usage: usageOf(message.usage) } };
       } catch (err) {

@@ -17,7 +17,37 @@ export interface ChangeBus {
   publish(topic: string): Promise<void>;
   /** `cb` runs on every publish to `topic`, and after a reconnect (missed wake-ups). */
   subscribe(topic: string, cb: () => void): Unsubscribe;
+  /**
+   * Ephemeral data for live readers, never stored (the stream's `event_deltas`
+   * previews): best effort, lost when nobody listens or a connection drops.
+   * `payload` must stay under MAX_BROADCAST_BYTES.
+   */
+  broadcast(topic: string, payload: string): Promise<void>;
+  listen(topic: string, cb: (payload: string) => void): Unsubscribe;
   close(): Promise<void>;
+}
+
+/** pg_notify refuses payloads of 8000 bytes and more; the topic travels in the same payload. */
+export const MAX_BROADCAST_BYTES = 7000;
+
+function checkPayload(topic: string, payload: string): void {
+  if (Buffer.byteLength(topic) + Buffer.byteLength(payload) > MAX_BROADCAST_BYTES)
+    throw new Error(`bus broadcast on ${topic}: payload exceeds ${MAX_BROADCAST_BYTES} bytes`);
+}
+
+/** Data listeners per topic (kept apart from the wake-up topics). */
+class DataEmitter {
+  private readonly emitter = new EventEmitter();
+  constructor() {
+    this.emitter.setMaxListeners(0);
+  }
+  on(topic: string, cb: (payload: string) => void): Unsubscribe {
+    this.emitter.on(topic, cb);
+    return () => this.emitter.off(topic, cb);
+  }
+  emit(topic: string, payload: string): void {
+    this.emitter.emit(topic, payload);
+  }
 }
 
 class TopicEmitter {
@@ -39,19 +69,30 @@ class TopicEmitter {
 
 export class InProcessBus implements ChangeBus {
   private readonly topics = new TopicEmitter();
+  private readonly data = new DataEmitter();
   async publish(topic: string): Promise<void> {
     this.topics.emit(topic);
   }
   subscribe(topic: string, cb: () => void): Unsubscribe {
     return this.topics.on(topic, cb);
   }
+  async broadcast(topic: string, payload: string): Promise<void> {
+    checkPayload(topic, payload);
+    this.data.emit(topic, payload);
+  }
+  listen(topic: string, cb: (payload: string) => void): Unsubscribe {
+    return this.data.on(topic, cb);
+  }
   async close(): Promise<void> {}
 }
 
 const CHANNEL = "openma_changes";
+/** Broadcasts: `<topic>\n<payload>`. The same connection LISTENs on both, so their order is kept. */
+const DATA_CHANNEL = "openma_data";
 
 export class PostgresBus implements ChangeBus {
   private readonly topics = new TopicEmitter();
+  private readonly data = new DataEmitter();
   private listener: pg.Client | null = null;
   private closed = false;
   private connecting: Promise<void> | null = null;
@@ -71,6 +112,10 @@ export class PostgresBus implements ChangeBus {
       const client = new pg.Client(this.clientConfig);
       client.on("notification", (msg) => {
         if (msg.channel === CHANNEL && msg.payload) this.topics.emit(msg.payload);
+        if (msg.channel === DATA_CHANNEL && msg.payload) {
+          const cut = msg.payload.indexOf("\n");
+          if (cut > 0) this.data.emit(msg.payload.slice(0, cut), msg.payload.slice(cut + 1));
+        }
       });
       client.on("error", (err) => {
         this.onError(err);
@@ -79,6 +124,7 @@ export class PostgresBus implements ChangeBus {
       client.on("end", () => this.reconnectSoon());
       await client.connect();
       await client.query(`LISTEN ${CHANNEL}`);
+      await client.query(`LISTEN ${DATA_CHANNEL}`);
       this.listener = client;
       this.connecting = null;
     })();
@@ -107,6 +153,15 @@ export class PostgresBus implements ChangeBus {
 
   subscribe(topic: string, cb: () => void): Unsubscribe {
     return this.topics.on(topic, cb);
+  }
+
+  async broadcast(topic: string, payload: string): Promise<void> {
+    checkPayload(topic, payload);
+    await this.pool.query("select pg_notify($1, $2)", [DATA_CHANNEL, `${topic}\n${payload}`]);
+  }
+
+  listen(topic: string, cb: (payload: string) => void): Unsubscribe {
+    return this.data.on(topic, cb);
   }
 
   async close(): Promise<void> {

@@ -14,6 +14,7 @@ import type { AppEnv } from "../context.ts";
 import { badRequest } from "../errors.ts";
 import { appendEvents, eventSeq, logicalTick, notifySession, readEventsAfterShared, sessionTopic } from "../event-log.ts";
 import { decodeCursor, pageOf, pageQuery } from "../pagination.ts";
+import { PreviewFilter } from "../previews.ts";
 import {
   DELTA_TYPES,
   draftFromParam,
@@ -185,7 +186,14 @@ const READ_BATCH = 200;
  * memory. Ends on disconnect, after `session.deleted`, or when the session
  * row is gone (deletion removes the log: the stream reports it itself).
  */
-async function follow(c: Context<AppEnv>, sessionId: string, startSeq: number, wakeups: Wakeups, channel: SseChannel) {
+async function follow(
+  c: Context<AppEnv>,
+  sessionId: string,
+  startSeq: number,
+  wakeups: Wakeups,
+  channel: SseChannel,
+  previews: PreviewFilter,
+) {
   const deps = c.get("deps");
   const { db } = deps.storage;
   let cursor = startSeq;
@@ -196,6 +204,7 @@ async function follow(c: Context<AppEnv>, sessionId: string, startSeq: number, w
     for (;;) {
       const { rows: batch, startedAt } = await readEventsAfterShared(db, sessionId, cursor, READ_BATCH);
       for (const event of batch) {
+        previews.finalized(event.type, event.id);
         if (!(await channel.send({ event: event.type, id: event.id, data: event.body }))) return;
         cursor = event.seq;
         if (event.type === "session.deleted") return;
@@ -220,8 +229,9 @@ const streamQuery = z.object({
 
 async function streamEvents(c: Context<AppEnv>, sessionId: string): Promise<Response> {
   const credential = requireCredential(c, "api_key", "environment_key", "sessions_token");
-  // `event_deltas` is accepted; nothing produces previews yet, so only whole events are sent.
   const q = parseQuery(c, streamQuery);
+  // Previews (§5.7) only for the types this connection asked for; they carry no SSE id, so a resume replays the log alone.
+  const previews = new PreviewFilter(q.event_deltas ?? []);
   const afterId = c.req.header("last-event-id")?.trim() || q.after_id;
   if (afterId && afterId.length > 256) throw badRequest("Last-Event-ID: must be at most 256 characters");
   const deps = c.get("deps");
@@ -253,7 +263,15 @@ async function streamEvents(c: Context<AppEnv>, sessionId: string): Promise<Resp
       onKeepAlive: wakeups.wake,
       onError: (err) => deps.logger.error({ err: { message: err.message }, session_id: sessionId }, "event stream failed"),
     },
-    (channel) => follow(c, sessionId, startSeq, wakeups, channel).finally(unsubscribe),
+    (channel) => {
+      const unlisten = previews.listen(bus, sessionId, (frame) => {
+        void channel.send({ event: frame.type, data: JSON.stringify(frame) });
+      });
+      return follow(c, sessionId, startSeq, wakeups, channel, previews).finally(() => {
+        unlisten();
+        unsubscribe();
+      });
+    },
   );
 }
 

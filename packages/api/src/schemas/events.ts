@@ -200,6 +200,8 @@ export interface EventDraft {
   type: string;
   fields: Record<string, unknown>;
   dedupeKey: string | null;
+  /** The event's id when already promised (an `event_deltas` preview announced it); a fresh one otherwise. */
+  id?: string;
 }
 
 /**

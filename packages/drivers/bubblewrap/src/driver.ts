@@ -49,6 +49,7 @@ import { startInit } from "./init.ts";
 import { baseLayout, type ExtraBind, extraBindIssues, layoutArgs, type MountEntry, runtimeLayout, syntheticEtc } from "./layout.ts";
 import { CgroupParent, DEFAULT_LIMITS, type LimitEnforcement, limitEnforcement, limitIssues, type ResourceLimits } from "./limits.ts";
 import { isSameLiveProcess, killExact, readStat, waitGone } from "./proc.ts";
+import { bubblewrapProcesses } from "./process-port.ts";
 import { seccompProgram } from "./seccomp.ts";
 import { isRuntimeId, PROVIDER, type RuntimeOwner, type RuntimeState, readState, runtimeDir, runtimeIdFor, writeState } from "./state.ts";
 
@@ -505,6 +506,7 @@ export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPo
           message: notRunning,
         }),
       list: (input) => withLive((live) => live.fs.list({ ...input, path: absolute(input.path) }), { type: "error", message: notRunning }),
+      spawnProcess: (input) => bubblewrapProcesses(this).spawn(lease, { ...input, cwd: input.cwd ?? workdir }),
     };
   }
 

@@ -7,10 +7,20 @@
  */
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { type DriverUnderTest, describeDriver, hostProcesses } from "@openma/driver-suite";
+import { checkPersistentShell, type DriverUnderTest, describeDriver, hostProcesses } from "@openma/driver-suite";
 import { afterAll, describe, expect, it } from "vitest";
 import { connectDocker } from "./engine.ts";
-import { type DockerTestEnv, hostBindings, removeHostBindings, removeRunContainers, requireDocker, TEST_LABEL } from "./testing.ts";
+import {
+  type DockerTestEnv,
+  hostBindings,
+  never,
+  removeHostBindings,
+  removeRunContainers,
+  requireDocker,
+  TEST_LABEL,
+  testFence,
+  testScope,
+} from "./testing.ts";
 
 async function dockerUnderTest(env: DockerTestEnv): Promise<DriverUnderTest> {
   const driver = env.driver();
@@ -58,8 +68,35 @@ describe("node-docker prerequisites", () => {
   });
 });
 
-// Every case of the shared suite, no skips: the default configuration (no network, dropped capabilities, limits).
-describeDriver("node-docker", async () => dockerUnderTest(await environment()));
+// Every case of the shared suite: the default configuration (no network, dropped capabilities, limits).
+describeDriver("node-docker", async () => dockerUnderTest(await environment()), {
+  skips: { "bash: persistent shell": "the busybox image has no /bin/bash; the case runs on the base image below" },
+});
+
+describe("node-docker persistent shell", () => {
+  it("runs the suite's persistent-shell case on the base image (the one with /bin/bash)", async () => {
+    const env = await environment();
+    const driver = env.driver({ image: env.images.base.image });
+    const bindings = await hostBindings();
+    const scope = testScope();
+    const fence = testFence(scope);
+    const acquired = await driver.acquire({
+      scope,
+      fence,
+      workspace: bindings.workspace,
+      outputs: null,
+      idempotencyKey: "shell",
+      signal: never,
+    });
+    if (acquired.type !== "acquired") throw new Error(`acquire failed: ${acquired.reason}`);
+    try {
+      await checkPersistentShell(driver.toolSandbox(acquired.lease));
+    } finally {
+      await driver.terminate({ scope, fence, lease: acquired.lease, reason: "completed", signal: never });
+      await removeHostBindings(bindings);
+    }
+  });
+});
 
 describe("node-docker suite leftovers", () => {
   it("leaves no container of this run behind", async () => {

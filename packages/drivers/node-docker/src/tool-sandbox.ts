@@ -10,10 +10,24 @@
  * confines tool paths to the workspace before calling).
  */
 import { posix } from "node:path";
-import type { ExecInput, ExecResult, ListResult, ReadFileResult, StatResult, ToolSandboxPort, WriteFileResult } from "@openma/contract";
+import type {
+  ExecInput,
+  ExecResult,
+  ListResult,
+  ReadFileResult,
+  SandboxProcessEnd,
+  SandboxSpawnInput,
+  SandboxSpawnResult,
+  StatResult,
+  ToolSandboxPort,
+  WriteFileResult,
+} from "@openma/contract";
 import { ShellFiles } from "@openma/driver-kit/shell-files";
 import type Docker from "dockerode";
 import { type ContainerProcess, type ContainerProcessInput, spawnInContainer } from "./process.ts";
+
+/** Long-lived processes are chatty: keep only a small tail, the caller consumes output live. */
+const PROCESS_TAIL_BYTES = 64 * 1024;
 
 /** File programs are tiny; this only bounds a wedged engine or filesystem. */
 const FILE_OP_TIMEOUT_MS = 60_000;
@@ -53,6 +67,30 @@ export class DockerToolSandbox implements ToolSandboxPort {
       env: { ...this.#env, ...input.env },
       secretEnv: { ...this.#secretEnv, ...input.secretEnv },
     });
+  }
+
+  /** `spawn` shaped as the contract's long-lived process (the persistent shell, the in-sandbox harness lanes). */
+  async spawnProcess(input: SandboxSpawnInput): Promise<SandboxSpawnResult> {
+    const child = await this.spawn({
+      command: input.command,
+      cwd: input.cwd,
+      env: input.env,
+      signal: new AbortController().signal,
+      onOutput: input.onOutput,
+      maxOutputBytes: PROCESS_TAIL_BYTES,
+    });
+    const done: Promise<SandboxProcessEnd> = child.done.then((result) => {
+      if (result.type === "exited") return { type: "exited", exitCode: result.exitCode, signal: result.signal };
+      if (result.type === "error") return { type: "error", message: result.message };
+      return { type: "killed" };
+    });
+    // A refusal settles at once: report it as a spawn error, not as a process that ran.
+    const early = await Promise.race([done, Promise.resolve(null)]);
+    if (early?.type === "error") return { type: "error", message: early.message };
+    return {
+      type: "started",
+      process: { write: (c) => child.write(c), closeStdin: () => child.closeStdin(), kill: () => child.kill(), done },
+    };
   }
 
   async exec(input: DockerExecInput): Promise<ExecResult> {

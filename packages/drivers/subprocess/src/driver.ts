@@ -8,7 +8,7 @@ import { mkdirSync, mkdtempSync, realpathSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { SandboxRequest, SandboxResolution, SandboxResolver, ToolSandboxPort } from "@openma/contract";
+import type { SandboxRequest, SandboxResolution, SandboxResolver } from "@openma/contract";
 import { SubprocessToolSandbox } from "./sandbox.ts";
 
 export const SUBPROCESS_DRIVER_REFUSAL =
@@ -41,7 +41,7 @@ export class SubprocessSandboxDriver implements SandboxResolver {
     return { type: "ready", port: this.portFor(request.sessionId) };
   }
 
-  portFor(sessionId: string): ToolSandboxPort {
+  portFor(sessionId: string): SubprocessToolSandbox {
     const known = this.ports.get(sessionId);
     if (known) return known;
     const created = join(this.rootDir, sessionId.replace(/[^A-Za-z0-9_-]/g, "_"));
@@ -58,8 +58,19 @@ export class SubprocessSandboxDriver implements SandboxResolver {
     return port;
   }
 
-  /** Removes every session directory. */
+  /**
+   * Replaces the session's sandbox: its processes are killed and the next
+   * resolve hands out a new port over the same directory (what a real driver
+   * does after an idle termination or a crash).
+   */
+  replace(sessionId: string): void {
+    this.ports.get(sessionId)?.close();
+    this.ports.delete(sessionId);
+  }
+
+  /** Kills every long-lived process and removes every session directory. */
   async close(): Promise<void> {
+    for (const port of this.ports.values()) port.close();
     this.ports.clear();
     await rm(this.rootDir, { recursive: true, force: true });
   }

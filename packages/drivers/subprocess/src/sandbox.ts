@@ -18,6 +18,9 @@ import type {
   ListEntry,
   ListResult,
   ReadFileResult,
+  SandboxProcessEnd,
+  SandboxSpawnInput,
+  SandboxSpawnResult,
   StatResult,
   ToolSandboxPort,
   WriteFileResult,
@@ -61,6 +64,21 @@ export class SubprocessToolSandbox implements ToolSandboxPort {
     private readonly baseEnv: Readonly<Record<string, string>>,
   ) {}
 
+  /** Starts a child in the workdir with the base environment; a string is why it could not start. */
+  #start(file: string, args: string[], input: { cwd?: string; env?: Readonly<Record<string, string>> }): ChildProcess | string {
+    try {
+      // detached: the child leads a new process group, so a kill reaches everything it started.
+      return spawn(file, args, {
+        cwd: input.cwd ?? this.workdir,
+        env: { ...this.baseEnv, ...input.env },
+        detached: true,
+        stdio: ["pipe", "pipe", "pipe"],
+      });
+    } catch (err) {
+      return message(err);
+    }
+  }
+
   exec(input: ExecInput): Promise<ExecResult> {
     const [file, ...args] = input.command;
     if (!file) return Promise.resolve({ type: "error", message: "exec: command is empty" });
@@ -70,17 +88,9 @@ export class SubprocessToolSandbox implements ToolSandboxPort {
     const stdout = new TailBuffer(limit);
     const stderr = new TailBuffer(limit);
     return new Promise<ExecResult>((done) => {
-      let child: ChildProcess;
-      try {
-        // detached: the child leads a new process group, so a kill reaches everything it started.
-        child = spawn(file, args, {
-          cwd: input.cwd ?? this.workdir,
-          env: { ...this.baseEnv, ...input.env },
-          detached: true,
-          stdio: ["pipe", "pipe", "pipe"],
-        });
-      } catch (err) {
-        done({ type: "error", message: message(err) });
+      const child = this.#start(file, args, input);
+      if (typeof child === "string") {
+        done({ type: "error", message: child });
         return;
       }
       let ending: "timeout" | "aborted" | null = null;
@@ -118,6 +128,59 @@ export class SubprocessToolSandbox implements ToolSandboxPort {
         else done({ type: "exited", exitCode: exit?.code ?? -1, signal: exit?.signal ?? null, ...out });
       });
     });
+  }
+
+  /** Long-lived processes still running, killed by `close`. */
+  readonly #processes = new Set<ChildProcess>();
+
+  /** A long-lived process (the persistent shell): its own process group, killed with the group. */
+  async spawnProcess(input: SandboxSpawnInput): Promise<SandboxSpawnResult> {
+    const [file, ...args] = input.command;
+    if (!file) return { type: "error", message: "spawn: command is empty" };
+    const child = this.#start(file, args, input);
+    if (typeof child === "string") return { type: "error", message: child };
+    this.#processes.add(child);
+    let killed = false;
+    child.stdout?.on("data", (chunk: Buffer) => input.onOutput("stdout", chunk));
+    child.stderr?.on("data", (chunk: Buffer) => input.onOutput("stderr", chunk));
+    child.stdin?.on("error", () => {}); // a write after exit surfaces through `write`'s callback
+    const done = new Promise<SandboxProcessEnd>((resolve) => {
+      child.once("error", (err) => resolve({ type: "error", message: message(err) }));
+      child.once("exit", (code, signal) => {
+        // What it left in the background dies with it, as it would with its sandbox.
+        killGroup(child);
+        this.#processes.delete(child);
+        resolve(killed ? { type: "killed" } : { type: "exited", exitCode: code ?? -1, signal });
+      });
+    });
+    const spawned = await new Promise<string | null>((resolve) => {
+      child.once("spawn", () => resolve(null));
+      child.once("error", (err) => resolve(message(err)));
+    });
+    if (spawned !== null) return { type: "error", message: spawned };
+    return {
+      type: "started",
+      process: {
+        write: (chunk) =>
+          new Promise<void>((resolve, reject) => {
+            const stdin = child.stdin;
+            if (!stdin || stdin.destroyed || stdin.writableEnded) return reject(new Error("stdin is closed"));
+            stdin.write(chunk, (err) => (err ? reject(err) : resolve()));
+          }),
+        closeStdin: () => child.stdin?.end(),
+        kill: async () => {
+          killed = true;
+          killGroup(child);
+        },
+        done,
+      },
+    };
+  }
+
+  /** Kills every long-lived process started here (the sandbox going away). */
+  close(): void {
+    for (const child of this.#processes) killGroup(child);
+    this.#processes.clear();
   }
 
   /** The path made absolute against the workdir. */

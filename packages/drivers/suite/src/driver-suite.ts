@@ -21,6 +21,7 @@ import { type ManagedSandboxLease, type ManagedSandboxPort, sandboxLeaseIssues }
 import type { RuntimeResourceScope } from "@openma/contract/scope";
 import type { ExecResult, OutputStream, ToolSandboxPort } from "@openma/contract/tool-sandbox";
 import type { WorkspaceBinding } from "@openma/contract/workspace";
+import { runSandboxTool } from "@openma/harness";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { eventually } from "./eventually.ts";
 import type { HostProcessView } from "./host-processes.ts";
@@ -39,6 +40,7 @@ export const DRIVER_SUITE_CASES = [
   "reap: from a serialized lease",
   "inspect: after terminate",
   "exec: no secrets in argv",
+  "bash: persistent shell",
 ] as const;
 
 export type DriverSuiteCase = (typeof DRIVER_SUITE_CASES)[number];
@@ -297,7 +299,30 @@ const CASES: Record<DriverSuiteCase, (ctx: SuiteContext) => Promise<void>> = {
     expect(inArgv).toBe(0);
     expect(JSON.stringify(lease)).not.toContain(secret);
   },
+
+  "bash: persistent shell": async ({ start }) => checkPersistentShell((await start()).tools),
 };
+
+/**
+ * The harness's `bash` on a driver's long-lived process: state survives
+ * between calls, a timed-out `sleep 1000` is killed without wedging the next
+ * call or losing a background job. Its watchdog runs inside the sandbox and
+ * needs the sandbox's own /proc, `sleep` and `/bin/bash`.
+ */
+export async function checkPersistentShell(tools: ToolSandboxPort): Promise<void> {
+  const bash = (input: Record<string, unknown>) => runSandboxTool(tools, "bash", input, never());
+  expect(await bash({ command: "sleep 300 &" })).toEqual({ text: "(no output)", isError: false });
+  expect(await bash({ command: "cd /tmp && export X=1" })).toEqual({ text: "(no output)", isError: false });
+  expect(await bash({ command: "pwd; echo $X" })).toEqual({ text: "/tmp\n1", isError: false });
+  const timedOut = await bash({ command: "sleep 1000", timeout_ms: 300 });
+  expect(timedOut.isError).toBe(true);
+  expect(timedOut.text).toMatch(/^bash: command timed out after 300 ms \(the command was killed; the shell/);
+  expect(await bash({ command: "pwd; echo $X; jobs | grep -c 'sleep 300'" })).toEqual({ text: "/tmp\n1\n1", isError: false });
+  expect(await bash({ restart: true, command: 'pwd; echo "x=$X"' })).toEqual({
+    text: `[bash: the shell was restarted]\n${tools.workdir}\nx=`,
+    isError: false,
+  });
+}
 
 /** Starts runtimes for the cases and terminates every one of them at the end. */
 class Runtimes {

@@ -5,13 +5,14 @@ export const SANDBOX_TOOL_DEFINITIONS: readonly ModelToolDefinition[] = [
   {
     name: "bash",
     description:
-      "Run a shell command with /bin/bash in the session's workspace and return its combined stdout and stderr. " +
-      "Each call starts in the workspace directory. A non-zero exit status is reported as an error.",
+      "Run a command in a persistent /bin/bash shell in the session's sandbox and return its combined stdout and stderr. " +
+      "The working directory, exported variables and background jobs carry over between calls; the first shell starts in the workspace. " +
+      "A non-zero exit status is reported as an error. A command that times out is killed and the shell is kept; restart replaces the shell.",
     input_schema: {
       type: "object",
       properties: {
         command: { type: "string", description: "The command to run." },
-        restart: { type: "boolean", description: "Restart the shell instead of running a command." },
+        restart: { type: "boolean", description: "Replace the shell with a fresh one (before running command, if given)." },
         timeout_ms: { type: "integer", minimum: 0, description: "Kill the command after this many milliseconds (default 120000)." },
       },
     },

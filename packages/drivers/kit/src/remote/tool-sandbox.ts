@@ -71,6 +71,11 @@ export class RemoteToolSandbox implements ToolSandboxPort {
     );
   }
 
+  /** The port's long-lived process (the persistent shell of `bash`). */
+  spawnProcess(input: SandboxSpawnInput): Promise<SandboxSpawnResult> {
+    return spawnSandboxProcess(this, input);
+  }
+
   /** A duplex process: stream stdin with `write`, read output through `onOutput`, await `done`. */
   spawn(input: Omit<RemoteProcessInput, "cwd"> & { cwd?: string }): Promise<RemoteProcess> {
     return spawnRemote(
