@@ -41,7 +41,7 @@ import {
 const timestamp = z.iso.datetime({ offset: true });
 const SEQ_MAX = Number.MAX_SAFE_INTEGER;
 
-const listQuery = z.object({
+export const eventListQuery = z.object({
   ...pageQuery(1000, 100),
   order: z.enum(["asc", "desc"]).optional(),
   types: queryArray(z.enum(EVENT_TYPES)).optional(),
@@ -53,7 +53,7 @@ const listQuery = z.object({
 
 async function listEvents(c: Context<AppEnv>, sessionId: string) {
   await readableSession(c, sessionId);
-  const q = parseQuery(c, listQuery);
+  const q = parseQuery(c, eventListQuery);
   const cursor = decodeCursor(q.page);
   const after = cursor ? Number(cursor.k) : undefined;
   if (after !== undefined && !(Number.isSafeInteger(after) && after >= 0 && after <= SEQ_MAX))
@@ -210,7 +210,7 @@ async function follow(c: Context<AppEnv>, sessionId: string, startSeq: number, w
   }
 }
 
-const streamQuery = z.object({
+export const eventStreamQuery = z.object({
   event_deltas: queryArray(z.enum(DELTA_TYPES)).optional(),
   // OpenMA extension: resume after this event, like the Last-Event-ID header.
   after_id: z.string().min(1).max(256).optional(),
@@ -219,7 +219,7 @@ const streamQuery = z.object({
 async function streamEvents(c: Context<AppEnv>, sessionId: string): Promise<Response> {
   const credential = requireCredential(c, "api_key", "environment_key", "sessions_token");
   // `event_deltas` is accepted; nothing produces previews yet, so only whole events are sent.
-  const q = parseQuery(c, streamQuery);
+  const q = parseQuery(c, eventStreamQuery);
   const afterId = c.req.header("last-event-id")?.trim() || q.after_id;
   if (afterId && afterId.length > 256) throw badRequest("Last-Event-ID: must be at most 256 characters");
   const deps = c.get("deps");
