@@ -1,108 +1,90 @@
 /**
- * Every route of the API with the credential it is called with. The fuzz
- * test throws hostile input at each; keeping the list here (rather than
- * introspecting the router) means a new route must be added deliberately.
+ * The fuzz test's route table, taken from the OpenAPI document the server
+ * serves (`openApiDocument`, the same one as `/v1/openapi.json`), so every
+ * documented route is fuzzed unless it is skipped below with a reason; the
+ * document itself is checked against the router (packages/api/src/openapi.test.ts),
+ * so a new route cannot escape the fuzz suite.
  */
+import { openApiDocument } from "@openma/api/openapi";
+
 export type Cred = "api" | "env" | "token";
 
 export interface Route {
   method: "GET" | "POST" | "DELETE";
-  /** `{name}` placeholders are filled from fixture ids (or hostile strings). */
+  /** `{name}` placeholders name fixture ids (or are replaced by hostile strings). */
   path: string;
   cred: Cred;
   body: "json" | "none" | "multipart";
 }
 
-const r = (method: Route["method"], path: string, body: Route["body"] = "none", cred: Cred = "api"): Route => ({
-  method,
-  path,
-  cred,
-  body,
-});
+/** Documented operations the fuzz test leaves out, and why. */
+export const SKIPPED: Record<string, string> = {
+  streamEvents: "an accepted SSE stream never ends; its hostile query input is covered by test/conformance/sse.test.ts",
+  validateCredential: "it makes an outbound request to the credential's MCP server, which the fuzz test must not depend on",
+};
 
-export const ROUTES: Route[] = [
-  r("POST", "/v1/agents", "json"),
-  r("GET", "/v1/agents"),
-  r("GET", "/v1/agents/{agent}"),
-  r("POST", "/v1/agents/{agent}", "json"),
-  r("POST", "/v1/agents/{agent}/archive"),
-  r("GET", "/v1/agents/{agent}/versions"),
+/** Path parameter → fixture id (hostile-input.test.ts creates one of each). */
+const FIXTURE_OF: Record<string, string> = {
+  agent_id: "agent",
+  environment_id: "env",
+  session_id: "session",
+  work_id: "work",
+  vault_id: "vault",
+  credential_id: "credential",
+  file_id: "file",
+  skill_id: "skill",
+  version: "skillversion",
+  memory_store_id: "store",
+  memory_id: "memory",
+  memory_version_id: "memversion",
+  resource_id: "resource",
+};
 
-  r("POST", "/v1/environments", "json"),
-  r("GET", "/v1/environments"),
-  r("GET", "/v1/environments/{env}"),
-  r("POST", "/v1/environments/{env}", "json"),
-  r("POST", "/v1/environments/{env}/archive"),
-  r("DELETE", "/v1/environments/{env}"),
-  r("POST", "/v1/environments/{env}/environment_key"),
-  r("GET", "/v1/environments/{shenv}/work/poll", "none", "env"),
-  r("GET", "/v1/environments/{shenv}/work", "none", "env"),
-  r("GET", "/v1/environments/{shenv}/work/stats"),
-  r("POST", "/v1/environments/{shenv}/work/{work}/ack", "none", "env"),
-  r("POST", "/v1/environments/{shenv}/work/{work}/heartbeat", "none", "env"),
-  r("POST", "/v1/environments/{shenv}/work/{work}/stop", "json", "env"),
-  r("GET", "/v1/environments/{shenv}/work/{work}"),
-  r("POST", "/v1/environments/{shenv}/work/{work}", "json"),
+/** The worker's calls, made with the environment key. */
+const ENV_KEY_OPERATIONS = new Set(["pollWork", "listWork", "ackWork", "heartbeatWork", "stopWork"]);
 
-  r("POST", "/v1/sessions", "json"),
-  r("GET", "/v1/sessions"),
-  r("GET", "/v1/sessions/{session}"),
-  r("POST", "/v1/sessions/{session}", "json"),
-  r("POST", "/v1/sessions/{session}/archive"),
-  r("DELETE", "/v1/sessions/{session}"),
-  r("GET", "/v1/sessions/{session}/events"),
-  r("POST", "/v1/sessions/{session}/events", "json"),
-  r("POST", "/v1/sessions/{shsession}/events", "json", "token"),
-  r("GET", "/v1/sessions/{session}/resources"),
-  r("POST", "/v1/sessions/{session}/resources", "json"),
-  r("GET", "/v1/sessions/{session}/resources/{resource}"),
-  r("POST", "/v1/sessions/{session}/resources/{resource}", "json"),
-  r("DELETE", "/v1/sessions/{session}/resources/{resource}"),
+interface DocumentedOperation {
+  operationId: string;
+  requestBody?: { content: Record<string, unknown> };
+}
 
-  r("POST", "/v1/vaults", "json"),
-  r("GET", "/v1/vaults"),
-  r("GET", "/v1/vaults/{vault}"),
-  r("POST", "/v1/vaults/{vault}", "json"),
-  r("POST", "/v1/vaults/{vault}/archive"),
-  r("DELETE", "/v1/vaults/{vault}"),
-  r("POST", "/v1/vaults/{vault}/credentials", "json"),
-  r("GET", "/v1/vaults/{vault}/credentials"),
-  r("GET", "/v1/vaults/{vault}/credentials/{credential}"),
-  r("POST", "/v1/vaults/{vault}/credentials/{credential}", "json"),
-  r("POST", "/v1/vaults/{vault}/credentials/{credential}/archive"),
-  r("DELETE", "/v1/vaults/{vault}/credentials/{credential}"),
+function bodyOf(op: DocumentedOperation): Route["body"] {
+  const types = Object.keys(op.requestBody?.content ?? {});
+  if (types.includes("multipart/form-data")) return "multipart";
+  return types.includes("application/json") ? "json" : "none";
+}
 
-  r("POST", "/v1/files", "multipart"),
-  r("GET", "/v1/files"),
-  r("GET", "/v1/files/{file}"),
-  r("GET", "/v1/files/{file}/content"),
-  r("DELETE", "/v1/files/{file}"),
+/** Every documented operation (skipped ones included), with its fuzz routes. */
+export function documentedRoutes(): Array<{ operationId: string; routes: Route[] }> {
+  const doc = openApiDocument("fuzz");
+  const out: Array<{ operationId: string; routes: Route[] }> = [];
+  for (const [path, item] of Object.entries(doc.paths ?? {})) {
+    for (const method of ["get", "post", "delete"] as const) {
+      const op = item[method] as DocumentedOperation | undefined;
+      if (!op) continue;
+      // Work items belong to self-hosted environments.
+      const selfHosted = path.includes("/work");
+      const fixturePath = path.replace(/\{(\w+)\}/g, (_m, name: string) => {
+        const fixture = FIXTURE_OF[name];
+        if (!fixture) throw new Error(`no fixture for path parameter {${name}} of ${path}: add one to FIXTURE_OF`);
+        return `{${fixture === "env" && selfHosted ? "shenv" : fixture}}`;
+      });
+      const base: Route = {
+        method: method.toUpperCase() as Route["method"],
+        path: fixturePath,
+        cred: ENV_KEY_OPERATIONS.has(op.operationId) ? "env" : "api",
+        body: bodyOf(op),
+      };
+      const routes = [base];
+      // The worker posts results with its sessions token, to its own session.
+      if (op.operationId === "sendEvents") routes.push({ ...base, path: base.path.replace("{session}", "{shsession}"), cred: "token" });
+      out.push({ operationId: op.operationId, routes });
+    }
+  }
+  return out;
+}
 
-  r("POST", "/v1/skills", "multipart"),
-  r("GET", "/v1/skills"),
-  r("GET", "/v1/skills/{skill}"),
-  r("DELETE", "/v1/skills/{skill}"),
-  r("POST", "/v1/skills/{skill}/versions", "multipart"),
-  r("GET", "/v1/skills/{skill}/versions"),
-  r("GET", "/v1/skills/{skill}/versions/{skillversion}"),
-  r("GET", "/v1/skills/{skill}/versions/{skillversion}/content"),
-  r("DELETE", "/v1/skills/{skill}/versions/{skillversion}"),
-
-  r("POST", "/v1/memory_stores", "json"),
-  r("GET", "/v1/memory_stores"),
-  r("GET", "/v1/memory_stores/{store}"),
-  r("POST", "/v1/memory_stores/{store}", "json"),
-  r("POST", "/v1/memory_stores/{store}/archive"),
-  r("DELETE", "/v1/memory_stores/{store}"),
-  r("POST", "/v1/memory_stores/{store}/memories", "json"),
-  r("GET", "/v1/memory_stores/{store}/memories"),
-  r("GET", "/v1/memory_stores/{store}/memories/{memory}"),
-  r("POST", "/v1/memory_stores/{store}/memories/{memory}", "json"),
-  r("DELETE", "/v1/memory_stores/{store}/memories/{memory}"),
-  r("GET", "/v1/memory_stores/{store}/memory_versions"),
-  r("GET", "/v1/memory_stores/{store}/memory_versions/{memversion}"),
-  r("POST", "/v1/memory_stores/{store}/memory_versions/{memversion}/redact"),
-];
+export const ROUTES: Route[] = documentedRoutes().flatMap((o) => (SKIPPED[o.operationId] ? [] : o.routes));
 
 /** Field names used across the API: hostile bodies reuse them so validation paths are reached. */
 export const FIELD_NAMES = [

@@ -8,6 +8,7 @@ import { routePath } from "hono/route";
 import { authenticate } from "./auth.ts";
 import type { ApiDeps, AppEnv } from "./context.ts";
 import { ApiError } from "./errors.ts";
+import { openApiDocument } from "./openapi.ts";
 import { agentRoutes } from "./routes/agents.ts";
 import { environmentRoutes } from "./routes/environments.ts";
 import { eventRoutes } from "./routes/events.ts";
@@ -79,6 +80,13 @@ export function createApp(deps: ApiDeps, info: AppInfo = { version: "0.0.0" }): 
   });
 
   app.get("/health", (c) => c.json({ status: "ok", version: info.version, storage: { backend: deps.storage.dialect } }));
+
+  // The API's description is public, like the SDK that embodies it.
+  let openapi: string | null = null;
+  app.get("/v1/openapi.json", (c) => {
+    openapi ??= JSON.stringify(openApiDocument(info.version));
+    return c.body(openapi, 200, { "content-type": "application/json" });
+  });
 
   app.use("/v1/*", authenticate);
   app.route("/v1/agents", agentRoutes());

@@ -63,6 +63,12 @@ export const documentListQuery = (maxLimit = 100) =>
     "created_at[lte]": z.iso.datetime({ offset: true }).optional(),
   });
 
+/** The list query of agents, environments, vaults and credentials. */
+export const documentQuery = documentListQuery();
+
+/** The query of a list with nothing but paging (limit up to 100). */
+export const pageOnlyQuery = z.object(pageQuery(100));
+
 /** Tables that keep one JSON document per row under the shared columns id, body, created_at, archived_at. */
 export type DocumentTable = "agents" | "environments" | "vaults" | "vault_credentials" | "memory_stores";
 

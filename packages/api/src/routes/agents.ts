@@ -6,7 +6,7 @@ import { z } from "zod";
 import { requireCredential } from "../auth.ts";
 import type { AppEnv } from "../context.ts";
 import { ApiError, badRequest, notFound } from "../errors.ts";
-import { decodeCursor, documentListQuery, listDocuments, pageOf, pageQuery } from "../pagination.ts";
+import { decodeCursor, documentQuery, listDocuments, pageOf, pageOnlyQuery } from "../pagination.ts";
 import {
   type AgentConfig,
   agentConfigProblem,
@@ -48,6 +48,9 @@ function checkConfig(config: Pick<AgentConfig, "tools" | "mcp_servers">): void {
   const problem = agentConfigProblem(config);
   if (problem) throw badRequest(problem);
 }
+
+/** `GET /v1/agents/{id}`: an optional pinned version. */
+export const agentVersionQuery = z.object({ version: queryInt(1, 2 ** 31 - 1).optional() });
 
 export function agentRoutes(): Hono<AppEnv> {
   const r = new Hono<AppEnv>();
@@ -93,12 +96,12 @@ export function agentRoutes(): Hono<AppEnv> {
   });
 
   r.get("/", async (c) => {
-    const q = parseQuery(c, documentListQuery());
+    const q = parseQuery(c, documentQuery);
     return c.json(await listDocuments<Agent>(c.get("deps").storage.db, "agents", q));
   });
 
   r.get("/:agent_id", async (c) => {
-    const q = parseQuery(c, z.object({ version: queryInt(1, 2 ** 31 - 1).optional() }));
+    const q = parseQuery(c, agentVersionQuery);
     return c.json(await loadAgent(c, pathId(c, "agent_id"), q.version));
   });
 
@@ -167,7 +170,7 @@ export function agentRoutes(): Hono<AppEnv> {
 
   r.get("/:agent_id/versions", async (c) => {
     const id = pathId(c, "agent_id");
-    const q = parseQuery(c, z.object(pageQuery(100)));
+    const q = parseQuery(c, pageOnlyQuery);
     await loadAgent(c, id);
     const cursor = decodeCursor(q.page);
     // Versions are int4 on Postgres: keep the bound inside that range.

@@ -11,7 +11,7 @@ import type { Kysely, Transaction } from "kysely";
 import { ENVIRONMENT_KEY_PREFIX, requireCredential } from "../auth.ts";
 import type { AppEnv } from "../context.ts";
 import { ApiError, badRequest, notFound } from "../errors.ts";
-import { documentListQuery, listDocuments } from "../pagination.ts";
+import { documentQuery, listDocuments } from "../pagination.ts";
 import {
   type Environment,
   environmentCreateSchema,
@@ -139,7 +139,7 @@ export function environmentRoutes(): Hono<AppEnv> {
   });
 
   r.get("/", async (c) => {
-    const q = parseQuery(c, documentListQuery());
+    const q = parseQuery(c, documentQuery);
     return c.json(await listDocuments<Environment>(c.get("deps").storage.db, "environments", q));
   });
 

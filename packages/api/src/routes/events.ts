@@ -42,7 +42,7 @@ import {
 const timestamp = z.iso.datetime({ offset: true });
 const SEQ_MAX = Number.MAX_SAFE_INTEGER;
 
-const listQuery = z.object({
+export const eventListQuery = z.object({
   ...pageQuery(1000, 100),
   order: z.enum(["asc", "desc"]).optional(),
   types: queryArray(z.enum(EVENT_TYPES)).optional(),
@@ -54,7 +54,7 @@ const listQuery = z.object({
 
 async function listEvents(c: Context<AppEnv>, sessionId: string) {
   await readableSession(c, sessionId);
-  const q = parseQuery(c, listQuery);
+  const q = parseQuery(c, eventListQuery);
   const cursor = decodeCursor(q.page);
   const after = cursor ? Number(cursor.k) : undefined;
   if (after !== undefined && !(Number.isSafeInteger(after) && after >= 0 && after <= SEQ_MAX))
@@ -221,7 +221,7 @@ async function follow(
   }
 }
 
-const streamQuery = z.object({
+export const eventStreamQuery = z.object({
   event_deltas: queryArray(z.enum(DELTA_TYPES)).optional(),
   // OpenMA extension: resume after this event, like the Last-Event-ID header.
   after_id: z.string().min(1).max(256).optional(),
@@ -229,7 +229,7 @@ const streamQuery = z.object({
 
 async function streamEvents(c: Context<AppEnv>, sessionId: string): Promise<Response> {
   const credential = requireCredential(c, "api_key", "environment_key", "sessions_token");
-  const q = parseQuery(c, streamQuery);
+  const q = parseQuery(c, eventStreamQuery);
   // Previews (§5.7) only for the types this connection asked for; they carry no SSE id, so a resume replays the log alone.
   const previews = new PreviewFilter(q.event_deltas ?? []);
   const afterId = c.req.header("last-event-id")?.trim() || q.after_id;

@@ -11,12 +11,11 @@ import type { Database, SessionResourceRow, SessionRow } from "@openma/storage";
 import type { Context } from "hono";
 import { Hono } from "hono";
 import { type Kysely, sql, type Transaction } from "kysely";
-import { z } from "zod";
 import { assertSessionScope, requireCredential } from "../auth.ts";
 import { type AppEnv, SESSIONS_CLOSED_TOPIC } from "../context.ts";
 import { badRequest, notFound } from "../errors.ts";
 import { appendEvents, lockSession, notifySession } from "../event-log.ts";
-import { decodeCursor, encodeCursor, pageOf, pageQuery } from "../pagination.ts";
+import { decodeCursor, encodeCursor, pageOf, pageOnlyQuery, pageQuery } from "../pagination.ts";
 import { agentConfigProblem, normalizeModel, normalizeSkills, normalizeTools } from "../schemas/agent.ts";
 import { draftFromParam, type EventDraft } from "../schemas/events.ts";
 import {
@@ -292,10 +291,13 @@ async function updateSession(c: Context<AppEnv>, id: string): Promise<Session> {
   return present(c, result.session);
 }
 
+/** `GET /v1/sessions`: the filters plus paging. */
+export const sessionListPageQuery = sessionListQuery.extend(pageQuery(100));
+
 const LIKE_SPECIAL = /[\\%_]/g;
 
 async function listSessions(c: Context<AppEnv>) {
-  const q = parseQuery(c, sessionListQuery.extend(pageQuery(100)));
+  const q = parseQuery(c, sessionListPageQuery);
   const cursor = decodeCursor(q.page);
   const at = cursor ? parseSessionKey(cursor.k) : undefined;
   const backwards = cursor?.d === "prev";
@@ -534,7 +536,7 @@ function resourceRoutes(): Hono<AppEnv> {
 
   r.get("/", async (c) => {
     const sessionId = pathId(c, "session_id");
-    const q = parseQuery(c, z.object(pageQuery(100)));
+    const q = parseQuery(c, pageOnlyQuery);
     const { db } = c.get("deps").storage;
     await loadSessionRow(db, sessionId);
     const cursor = decodeCursor(q.page);

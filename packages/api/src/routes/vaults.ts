@@ -14,7 +14,7 @@ import { Hono } from "hono";
 import { requireCredential } from "../auth.ts";
 import type { AppEnv } from "../context.ts";
 import { ApiError, badRequest, notFound } from "../errors.ts";
-import { documentListQuery, listDocuments } from "../pagination.ts";
+import { documentQuery, listDocuments } from "../pagination.ts";
 import {
   applyAuthUpdate,
   type CredentialAuth,
@@ -54,8 +54,6 @@ export interface VaultCredential {
 // Conditional writes compare the whole stored body: a concurrent change makes them miss.
 // 409 without x-should-retry:false, so the SDK retries and re-reads.
 const concurrentChange = (what: string) => new ApiError(409, "conflict_error", `${what} was modified concurrently; retry`);
-
-const listQuery = documentListQuery();
 
 export async function loadVault(c: Context<AppEnv>, id: string): Promise<Vault> {
   const row = await c.get("deps").storage.db.selectFrom("vaults").select("body").where("id", "=", id).executeTakeFirst();
@@ -125,7 +123,7 @@ export function vaultRoutes(): Hono<AppEnv> {
   });
 
   r.get("/", async (c) => {
-    const q = parseQuery(c, listQuery);
+    const q = parseQuery(c, documentQuery);
     return c.json(await listDocuments<Vault>(c.get("deps").storage.db, "vaults", q));
   });
 
@@ -235,7 +233,7 @@ function credentialRoutes(r: Hono<AppEnv>): void {
 
   r.get("/:vault_id/credentials", async (c) => {
     const vaultId = pathId(c, "vault_id");
-    const q = parseQuery(c, listQuery);
+    const q = parseQuery(c, documentQuery);
     await loadVault(c, vaultId);
     return c.json(await listDocuments<VaultCredential>(c.get("deps").storage.db, "vault_credentials", { ...q, vaultId }));
   });

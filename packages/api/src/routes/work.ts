@@ -12,7 +12,7 @@ import { z } from "zod";
 import { type Credential, requireCredential, requireCredentialOf } from "../auth.ts";
 import type { AppEnv } from "../context.ts";
 import { badRequest, forbidden, notFound } from "../errors.ts";
-import { decodeCursor, pageOf, pageQuery } from "../pagination.ts";
+import { decodeCursor, pageOf, pageOnlyQuery } from "../pagination.ts";
 import { isPlausibleId, parseMetadataPatch } from "../schemas/environment.ts";
 import { pathId } from "../util.ts";
 import { applyMetadataPatch, parseJsonBody, parseQuery, queryInt } from "../validate.ts";
@@ -35,12 +35,12 @@ import { environmentIdParam, loadEnvironment } from "./environments.ts";
 
 const MAX_WORKER_ID_LENGTH = 512;
 
-const pollQuery = z.object({
+export const workPollQuery = z.object({
   block_ms: queryInt(1, 999).optional(),
   reclaim_older_than_ms: queryInt(0, 86_400_000).optional(),
 });
 
-const heartbeatQuery = z.object({
+export const workHeartbeatQuery = z.object({
   // Compared verbatim in SQL: NUL cannot be a value we returned, and Postgres text refuses it.
   expected_last_heartbeat: z
     .string()
@@ -50,9 +50,9 @@ const heartbeatQuery = z.object({
   desired_ttl_seconds: queryInt(1, 86_400).optional(),
 });
 
-const stopBody = z.object({ force: z.boolean().nullish() });
+export const workStopBody = z.object({ force: z.boolean().nullish() });
 
-const updateBody = z.object({ metadata: z.unknown() });
+export const workUpdateBody = z.object({ metadata: z.unknown() });
 
 /** An environment key (or sessions token) only reaches its own environment and, for a token, its own item. */
 function assertWorkScope(credential: Credential, environmentId: string, workId?: string): void {
@@ -86,7 +86,7 @@ function queueRoutes(r: Hono<AppEnv>): void {
     const credential = requireCredential(c, "environment_key");
     const { environmentId } = ids(c);
     assertWorkScope(credential, environmentId);
-    const q = parseQuery(c, pollQuery);
+    const q = parseQuery(c, workPollQuery);
     const workerId = c.req.header("anthropic-worker-id")?.trim() || undefined;
     if (workerId && workerId.length > MAX_WORKER_ID_LENGTH) {
       throw badRequest(`Anthropic-Worker-ID: must be at most ${MAX_WORKER_ID_LENGTH} characters`);
@@ -116,7 +116,7 @@ function queueRoutes(r: Hono<AppEnv>): void {
     const credential = requireCredential(c, "environment_key");
     const { environmentId } = ids(c);
     assertWorkScope(credential, environmentId);
-    const q = parseQuery(c, z.object(pageQuery(100)));
+    const q = parseQuery(c, pageOnlyQuery);
     const cursor = decodeCursor(q.page);
     if (cursor && !isPlausibleId(cursor.k)) throw badRequest("page: invalid page cursor");
     let query = c
@@ -152,7 +152,7 @@ function itemRoutes(r: Hono<AppEnv>): void {
   r.post("/:environment_id/work/:work_id", async (c) => {
     requireCredential(c, "api_key");
     const { environmentId, workId } = ids(c);
-    const input = await parseJsonBody(c, updateBody);
+    const input = await parseJsonBody(c, workUpdateBody);
     if (input.metadata === undefined) throw badRequest("body.metadata: required");
     const patch = parseMetadataPatch(input.metadata);
     const deps = c.get("deps");
@@ -172,7 +172,7 @@ function itemRoutes(r: Hono<AppEnv>): void {
     const credential = requireCredential(c, "environment_key", "sessions_token");
     const { environmentId, workId } = ids(c);
     assertWorkScope(credential, environmentId, workId);
-    const q = parseQuery(c, heartbeatQuery);
+    const q = parseQuery(c, workHeartbeatQuery);
     return c.json(
       await heartbeatWork(c.get("deps"), environmentId, workId, {
         expected: q.expected_last_heartbeat,
@@ -186,7 +186,7 @@ function itemRoutes(r: Hono<AppEnv>): void {
     const credential = requireCredentialOf(c, ["api_key", "environment_key", "sessions_token"], true);
     const { environmentId, workId } = ids(c);
     assertWorkScope(credential, environmentId, workId);
-    const input = await parseJsonBody(c, stopBody, { allowEmpty: true });
+    const input = await parseJsonBody(c, workStopBody, { allowEmpty: true });
     const deps = c.get("deps");
     if (credential.kind === "api_key") await loadEnvironment(deps.storage.db, environmentId);
     return c.json(renderWork(await stopWork(deps, environmentId, workId, input.force ?? false)));

@@ -1,0 +1,268 @@
+/**
+ * The OpenAPI 3.1 document of the whole API, served at `/v1/openapi.json`.
+ *
+ * Request bodies and query strings are the very zod schemas the routes
+ * validate with (imported from the schema modules and route modules), turned
+ * into JSON Schema by `zod-openapi` as the *input* a client sends. The
+ * operation table below is checked against the router itself
+ * (openapi.test.ts): a route missing here, or an operation no route serves,
+ * fails the test, and the fuzz suite (test/fuzz) takes its route table from
+ * this document.
+ */
+import { z } from "zod";
+import { createDocument, type ZodOpenApiOperationObject, type ZodOpenApiPathsObject } from "zod-openapi";
+import { documentQuery, pageOnlyQuery } from "./pagination.ts";
+import { agentVersionQuery } from "./routes/agents.ts";
+import { eventListQuery, eventStreamQuery } from "./routes/events.ts";
+import { sessionListPageQuery } from "./routes/sessions.ts";
+import { workHeartbeatQuery, workPollQuery, workStopBody, workUpdateBody } from "./routes/work.ts";
+import { agentCreateSchema, agentUpdateSchema } from "./schemas/agent.ts";
+import { environmentCreateSchema, environmentUpdateSchema } from "./schemas/environment.ts";
+import { sendEventsSchema } from "./schemas/events.ts";
+import { fileListQuery } from "./schemas/file.ts";
+import {
+  memoryCreateSchema,
+  memoryDeleteQuery,
+  memoryListQuery,
+  memoryStoreCreateSchema,
+  memoryStoreListQuery,
+  memoryStoreUpdateSchema,
+  memoryUpdateSchema,
+  memoryVersionListQuery,
+  viewQuery,
+} from "./schemas/memory.ts";
+import { resourceAddSchema, resourceUpdateSchema, sessionCreateSchema, sessionUpdateSchema } from "./schemas/session.ts";
+import { skillListQuery, versionListQuery } from "./schemas/skill.ts";
+import { credentialCreateSchema, credentialUpdateSchema, vaultCreateSchema, vaultUpdateSchema } from "./schemas/vault.ts";
+
+export type HttpMethod = "get" | "post" | "delete";
+
+/** What a request carries besides path and query. */
+export type RequestBody = z.ZodType | "multipart" | "none";
+
+/** What a successful answer is. */
+export type ResponseKind = "json" | "sse" | "binary";
+
+export interface Operation {
+  method: HttpMethod;
+  /** OpenAPI form, `{name}` placeholders. */
+  path: string;
+  operationId: string;
+  tag: string;
+  summary: string;
+  body?: RequestBody;
+  query?: z.ZodObject;
+  response?: ResponseKind;
+}
+
+const op = (
+  method: HttpMethod,
+  path: string,
+  operationId: string,
+  summary: string,
+  extra: Partial<Pick<Operation, "body" | "query" | "response">> = {},
+): Operation => ({ method, path, operationId, summary, tag: path.split("/")[2] ?? "api", ...extra });
+
+/** Every operation of the API, in router order. */
+export const OPERATIONS: readonly Operation[] = [
+  op("post", "/v1/agents", "createAgent", "Create an agent", { body: agentCreateSchema }),
+  op("get", "/v1/agents", "listAgents", "List agents", { query: documentQuery }),
+  op("get", "/v1/agents/{agent_id}", "retrieveAgent", "Retrieve an agent (optionally a version)", { query: agentVersionQuery }),
+  op("post", "/v1/agents/{agent_id}", "updateAgent", "Update an agent (new version)", { body: agentUpdateSchema }),
+  op("post", "/v1/agents/{agent_id}/archive", "archiveAgent", "Archive an agent"),
+  op("get", "/v1/agents/{agent_id}/versions", "listAgentVersions", "List an agent's versions", { query: pageOnlyQuery }),
+
+  op("get", "/v1/environments/{environment_id}/work/poll", "pollWork", "Long-poll for work (environment key)", { query: workPollQuery }),
+  op("get", "/v1/environments/{environment_id}/work/stats", "workStats", "Work queue statistics"),
+  op("get", "/v1/environments/{environment_id}/work", "listWork", "List work items", { query: pageOnlyQuery }),
+  op("get", "/v1/environments/{environment_id}/work/{work_id}", "retrieveWork", "Retrieve a work item"),
+  op("post", "/v1/environments/{environment_id}/work/{work_id}", "updateWork", "Update a work item's metadata", { body: workUpdateBody }),
+  op("post", "/v1/environments/{environment_id}/work/{work_id}/ack", "ackWork", "Acknowledge a claimed work item"),
+  op("post", "/v1/environments/{environment_id}/work/{work_id}/heartbeat", "heartbeatWork", "Renew a work item's lease", {
+    query: workHeartbeatQuery,
+  }),
+  op("post", "/v1/environments/{environment_id}/work/{work_id}/stop", "stopWork", "Stop a work item", { body: workStopBody }),
+  op("post", "/v1/environments", "createEnvironment", "Create an environment", { body: environmentCreateSchema }),
+  op("get", "/v1/environments", "listEnvironments", "List environments", { query: documentQuery }),
+  op("get", "/v1/environments/{environment_id}", "retrieveEnvironment", "Retrieve an environment"),
+  op("post", "/v1/environments/{environment_id}", "updateEnvironment", "Update an environment", { body: environmentUpdateSchema }),
+  op("post", "/v1/environments/{environment_id}/archive", "archiveEnvironment", "Archive an environment"),
+  op("delete", "/v1/environments/{environment_id}", "deleteEnvironment", "Delete an environment"),
+  op("post", "/v1/environments/{environment_id}/environment_key", "rotateEnvironmentKey", "Rotate a self-hosted environment's key"),
+
+  op("get", "/v1/sessions/{session_id}/events", "listEvents", "List a session's events", { query: eventListQuery }),
+  op("post", "/v1/sessions/{session_id}/events", "sendEvents", "Send events to a session", { body: sendEventsSchema }),
+  op("get", "/v1/sessions/{session_id}/events/stream", "streamEvents", "Stream a session's events (SSE)", {
+    query: eventStreamQuery,
+    response: "sse",
+  }),
+  op("post", "/v1/sessions", "createSession", "Create a session", { body: sessionCreateSchema }),
+  op("get", "/v1/sessions", "listSessions", "List sessions", { query: sessionListPageQuery }),
+  op("get", "/v1/sessions/{session_id}", "retrieveSession", "Retrieve a session"),
+  op("post", "/v1/sessions/{session_id}", "updateSession", "Update a session", { body: sessionUpdateSchema }),
+  op("delete", "/v1/sessions/{session_id}", "deleteSession", "Delete a session"),
+  op("post", "/v1/sessions/{session_id}/archive", "archiveSession", "Archive a session"),
+  op("get", "/v1/sessions/{session_id}/resources", "listSessionResources", "List a session's resources", { query: pageOnlyQuery }),
+  op("post", "/v1/sessions/{session_id}/resources", "addSessionResource", "Attach a file to a session", { body: resourceAddSchema }),
+  op("get", "/v1/sessions/{session_id}/resources/{resource_id}", "retrieveSessionResource", "Retrieve a session resource"),
+  op("post", "/v1/sessions/{session_id}/resources/{resource_id}", "updateSessionResource", "Rotate a repository resource's token", {
+    body: resourceUpdateSchema,
+  }),
+  op("delete", "/v1/sessions/{session_id}/resources/{resource_id}", "deleteSessionResource", "Detach a session resource"),
+
+  op("post", "/v1/vaults", "createVault", "Create a vault", { body: vaultCreateSchema }),
+  op("get", "/v1/vaults", "listVaults", "List vaults", { query: documentQuery }),
+  op("get", "/v1/vaults/{vault_id}", "retrieveVault", "Retrieve a vault"),
+  op("post", "/v1/vaults/{vault_id}", "updateVault", "Update a vault", { body: vaultUpdateSchema }),
+  op("delete", "/v1/vaults/{vault_id}", "deleteVault", "Delete a vault"),
+  op("post", "/v1/vaults/{vault_id}/archive", "archiveVault", "Archive a vault"),
+  op("post", "/v1/vaults/{vault_id}/credentials", "createCredential", "Create a credential", { body: credentialCreateSchema }),
+  op("get", "/v1/vaults/{vault_id}/credentials", "listCredentials", "List a vault's credentials", { query: documentQuery }),
+  op("get", "/v1/vaults/{vault_id}/credentials/{credential_id}", "retrieveCredential", "Retrieve a credential"),
+  op("post", "/v1/vaults/{vault_id}/credentials/{credential_id}", "updateCredential", "Update a credential", {
+    body: credentialUpdateSchema,
+  }),
+  op("delete", "/v1/vaults/{vault_id}/credentials/{credential_id}", "deleteCredential", "Delete a credential"),
+  op("post", "/v1/vaults/{vault_id}/credentials/{credential_id}/archive", "archiveCredential", "Archive a credential"),
+  op("post", "/v1/vaults/{vault_id}/credentials/{credential_id}/mcp_oauth_validate", "validateCredential", "Check an MCP OAuth credential"),
+
+  op("post", "/v1/files", "uploadFile", "Upload a file", { body: "multipart" }),
+  op("get", "/v1/files", "listFiles", "List files", { query: fileListQuery }),
+  op("get", "/v1/files/{file_id}", "retrieveFile", "Retrieve a file's metadata"),
+  op("get", "/v1/files/{file_id}/content", "downloadFile", "Download a file", { response: "binary" }),
+  op("delete", "/v1/files/{file_id}", "deleteFile", "Delete a file"),
+
+  op("post", "/v1/skills", "createSkill", "Create a skill from uploaded files", { body: "multipart" }),
+  op("get", "/v1/skills", "listSkills", "List skills", { query: skillListQuery }),
+  op("get", "/v1/skills/{skill_id}", "retrieveSkill", "Retrieve a skill"),
+  op("delete", "/v1/skills/{skill_id}", "deleteSkill", "Delete a skill"),
+  op("post", "/v1/skills/{skill_id}/versions", "createSkillVersion", "Upload a new skill version", { body: "multipart" }),
+  op("get", "/v1/skills/{skill_id}/versions", "listSkillVersions", "List a skill's versions", { query: versionListQuery }),
+  op("get", "/v1/skills/{skill_id}/versions/{version}", "retrieveSkillVersion", "Retrieve a skill version"),
+  op("get", "/v1/skills/{skill_id}/versions/{version}/content", "downloadSkillVersion", "Download a skill version (zip)", {
+    response: "binary",
+  }),
+  op("delete", "/v1/skills/{skill_id}/versions/{version}", "deleteSkillVersion", "Delete a skill version"),
+
+  op("post", "/v1/memory_stores", "createMemoryStore", "Create a memory store", { body: memoryStoreCreateSchema }),
+  op("get", "/v1/memory_stores", "listMemoryStores", "List memory stores", { query: memoryStoreListQuery }),
+  op("get", "/v1/memory_stores/{memory_store_id}", "retrieveMemoryStore", "Retrieve a memory store"),
+  op("post", "/v1/memory_stores/{memory_store_id}", "updateMemoryStore", "Update a memory store", { body: memoryStoreUpdateSchema }),
+  op("delete", "/v1/memory_stores/{memory_store_id}", "deleteMemoryStore", "Delete a memory store"),
+  op("post", "/v1/memory_stores/{memory_store_id}/archive", "archiveMemoryStore", "Archive a memory store"),
+  op("post", "/v1/memory_stores/{memory_store_id}/memories", "createMemory", "Create a memory", {
+    body: memoryCreateSchema,
+    query: viewQuery,
+  }),
+  op("get", "/v1/memory_stores/{memory_store_id}/memories", "listMemories", "List memories", { query: memoryListQuery }),
+  op("get", "/v1/memory_stores/{memory_store_id}/memories/{memory_id}", "retrieveMemory", "Retrieve a memory", { query: viewQuery }),
+  op("post", "/v1/memory_stores/{memory_store_id}/memories/{memory_id}", "updateMemory", "Update a memory", {
+    body: memoryUpdateSchema,
+    query: viewQuery,
+  }),
+  op("delete", "/v1/memory_stores/{memory_store_id}/memories/{memory_id}", "deleteMemory", "Delete a memory", {
+    query: memoryDeleteQuery,
+  }),
+  op("get", "/v1/memory_stores/{memory_store_id}/memory_versions", "listMemoryVersions", "List memory versions", {
+    query: memoryVersionListQuery,
+  }),
+  op(
+    "get",
+    "/v1/memory_stores/{memory_store_id}/memory_versions/{memory_version_id}",
+    "retrieveMemoryVersion",
+    "Retrieve a memory version",
+    {
+      query: viewQuery,
+    },
+  ),
+  op(
+    "post",
+    "/v1/memory_stores/{memory_store_id}/memory_versions/{memory_version_id}/redact",
+    "redactMemoryVersion",
+    "Redact a memory version",
+  ),
+];
+
+/** One tag per resource family (the second path segment). */
+export const TAG_NAMES: Record<string, string> = {
+  agents: "Agents and their versions",
+  environments: "Environments, their keys and the self-hosted work queue",
+  sessions: "Sessions, their events (list, send, stream) and resources",
+  vaults: "Vaults and credentials",
+  files: "Files",
+  skills: "Skills and skill versions",
+  memory_stores: "Memory stores, memories and memory versions",
+};
+
+const errorBody = z
+  .object({
+    type: z.literal("error"),
+    error: z.object({ type: z.string(), message: z.string() }).loose(),
+    request_id: z.string().nullable(),
+  })
+  .meta({ id: "Error" });
+
+/** Response bodies are not modelled as zod schemas (the SDK's types are their reference): any JSON object. */
+const jsonObject = z.object({}).loose();
+
+function pathParams(path: string): z.ZodObject | undefined {
+  const names = [...path.matchAll(/\{(\w+)\}/g)].map((m) => m[1] as string);
+  if (names.length === 0) return undefined;
+  return z.object(Object.fromEntries(names.map((n) => [n, z.string().max(256)])));
+}
+
+function successContent(kind: ResponseKind) {
+  if (kind === "sse") return { "text/event-stream": { schema: z.string() } };
+  if (kind === "binary") return { "application/octet-stream": { schema: z.string().meta({ format: "binary" }) } };
+  return { "application/json": { schema: jsonObject } };
+}
+
+function requestBody(body: RequestBody | undefined) {
+  if (!body || body === "none") return undefined;
+  if (body === "multipart") {
+    return { required: true, content: { "multipart/form-data": { schema: z.object({}).loose() } } };
+  }
+  return { required: true, content: { "application/json": { schema: body } } };
+}
+
+function operationObject(o: Operation): ZodOpenApiOperationObject {
+  const path = pathParams(o.path);
+  const body = requestBody(o.body);
+  return {
+    operationId: o.operationId,
+    summary: o.summary,
+    tags: [o.tag],
+    ...(path || o.query ? { requestParams: { ...(path ? { path } : {}), ...(o.query ? { query: o.query } : {}) } } : {}),
+    ...(body ? { requestBody: body } : {}),
+    responses: {
+      "200": { description: "Success", content: successContent(o.response ?? "json") },
+      "4XX": { description: "The API's error body", content: { "application/json": { schema: errorBody } } },
+    },
+  };
+}
+
+/** Builds the document (cheap enough to build per request; cached by the route). */
+export function openApiDocument(version: string) {
+  const paths: ZodOpenApiPathsObject = {};
+  for (const o of OPERATIONS) {
+    paths[o.path] = { ...paths[o.path], [o.method]: operationObject(o) };
+  }
+  return createDocument({
+    openapi: "3.1.0",
+    info: {
+      title: "OpenMA Managed Agents API",
+      version,
+      description: "Anthropic's Managed Agents API as served by OpenMA; the official SDK works against it by changing baseURL.",
+    },
+    servers: [{ url: "/", description: "This server" }],
+    security: [{ apiKey: [] }, { bearer: [] }],
+    components: {
+      securitySchemes: {
+        apiKey: { type: "apiKey", in: "header", name: "x-api-key", description: "An API key" },
+        bearer: { type: "http", scheme: "bearer", description: "An API key, an environment key or a sessions token" },
+      },
+    },
+    tags: Object.entries(TAG_NAMES).map(([name, description]) => ({ name, description })),
+    paths,
+  });
+}
