@@ -1,14 +1,15 @@
 /**
  * Bounded memory under large transfers (docs/transfers.md), measured in a real
  * `openma serve` child process through a memory probe loaded into it: an
- * upload 64× the configured transfer buffer, a download whose reader stops
+ * upload 192× the configured transfer buffer, a download whose reader stops
  * reading, a stream that crosses the upload limit, and an upload whose client
  * disconnects halfway.
  *
- * The bound (48 MiB over the value before the transfer, for RSS and for heap +
- * off-heap each) is far below the size of the file: the server before
- * streaming held an upload at least twice (the parsed form and a copy), over
- * 128 MiB for this one, and a download once.
+ * The bound (96 MiB over the value before the transfer, for RSS and for heap +
+ * off-heap each) is a few transfer buffers plus V8's ~64 MiB of headroom before
+ * it collects finished Buffers (docs/transfers.md#memory-budget). It is half the
+ * file: the server before streaming held an upload at least twice (the parsed
+ * form and a copy), over 384 MiB for this one, and a download once.
  */
 import { createHash, randomBytes } from "node:crypto";
 import { readdirSync, readFileSync, statSync } from "node:fs";

@@ -11,7 +11,7 @@ import { harnessRunner } from "@openma/execution/harness-runner";
 import { createAnthropicModel } from "@openma/harness";
 import { createMcpExecutors } from "@openma/harness/server-tools/mcp";
 import { WebFetchExecutor } from "@openma/harness/server-tools/web-fetch";
-import { newId, openStorage, resealVaultCredentialSecrets, type Storage, systemClock } from "@openma/storage";
+import { newId, openStorage, resealVaultCredentialSecrets, type Storage, sweepStaging, systemClock } from "@openma/storage";
 import type { BlobStore } from "@openma/storage/blobs";
 import pino from "pino";
 import { ensureAdminKey } from "./admin-key.ts";
@@ -26,6 +26,9 @@ import { openServeOwnership } from "./sandbox-owners.ts";
 import { loadSecretKeys, type SecretKeys } from "./secret-key.ts";
 import { followSessionClosures, type SessionClosures } from "./session-closures.ts";
 import { VERSION } from "./version.ts";
+
+/** A staged upload untouched this long at start-up was abandoned by a killed server. */
+const STALE_UPLOAD_MS = 60 * 60 * 1000;
 
 export interface RunningServer {
   url: string;
@@ -66,6 +69,8 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
       transferBufferBytes: config.transfers.bufferBytes,
       onBackgroundError: (err) => logger.warn({ err: err.message }, "storage background error"),
     }));
+  // Uploads a killed server left half-spooled (a live one writes to its file continuously).
+  if (storage.blobs.stagingDir) await sweepStaging(storage.blobs.stagingDir, Date.now(), STALE_UPLOAD_MS);
   const adminKey = await ensureAdminKey(storage, config.dataDir, config.apiKey);
   const observed = config.ops.metrics ? serveMetrics(storage, systemClock) : null;
   const secretKeys = loadSecretKeys(config.dataDir, config.secretKeys);

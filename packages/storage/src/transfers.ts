@@ -14,7 +14,7 @@
  */
 import { createHash, randomBytes } from "node:crypto";
 import { createReadStream, createWriteStream } from "node:fs";
-import { mkdir, readFile, rm } from "node:fs/promises";
+import { mkdir, readdir, readFile, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { Readable, Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
@@ -97,6 +97,32 @@ export async function stageBlob(source: Readable | AsyncIterable<Uint8Array>, op
 /** Removes a staged file (idempotent); call it in `finally` once the blob is placed or abandoned. */
 export async function discardStaged(staged: StagedBlob): Promise<void> {
   await rm(staged.path, { force: true });
+}
+
+/**
+ * Removes staged uploads untouched for `maxAgeMs` (a server killed mid-upload
+ * leaves its temporary file; a live upload writes to its file continuously).
+ * Returns how many were removed.
+ */
+export async function sweepStaging(dir: string, now: number, maxAgeMs: number): Promise<number> {
+  let names: string[];
+  try {
+    names = await readdir(dir);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return 0;
+    throw err;
+  }
+  let removed = 0;
+  for (const name of names) {
+    if (!/^upload-[0-9a-f]+\.tmp$/.test(name)) continue;
+    const path = join(dir, name);
+    const st = await stat(path).catch(() => null);
+    if (st && now - st.mtimeMs >= maxAgeMs) {
+      await rm(path, { force: true });
+      removed++;
+    }
+  }
+  return removed;
 }
 
 /** Where `store` wants uploads staged, or the OS temp dir for stores without a preference. */
