@@ -129,6 +129,7 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
         storage,
         logger,
         probes: opts.sandboxProbes,
+        metrics: observed?.metrics,
       }).catch(async (err: unknown) => {
         await brain?.worker.stop();
         brain?.closures.stop();
