@@ -12,7 +12,9 @@ import { type Histogram, type Labels, type OpenmaMetrics, openmaMetrics, seconds
 import { type PrometheusMetrics, prometheusMetrics } from "@openma/metrics/prometheus";
 import type { RuntimeHostInstruments } from "@openma/runtime-host";
 import type { Clock, Storage } from "@openma/storage";
+import type { Tracer } from "@opentelemetry/api";
 import type { SandboxBackend } from "./sandbox.ts";
+import { inSpan } from "./spans.ts";
 
 export interface ServeMetrics {
   metrics: OpenmaMetrics;
@@ -37,13 +39,24 @@ export function serveMetrics(storage: Storage, clock: Clock): ServeMetrics {
   return { metrics, prometheus };
 }
 
-/** Times each model request and counts its tokens; the outcome label is the failure type, never its message. */
-export function meteredModel(model: ModelPort, metrics: OpenmaMetrics): ModelPort {
+/**
+ * Times each model request and counts its tokens; the outcome label is the
+ * failure type, never its message. With a tracer, each request is a span
+ * (`openma.model.request`) of the turn's trace.
+ */
+export function meteredModel(model: ModelPort, metrics: OpenmaMetrics, tracer?: Tracer): ModelPort {
   return {
     retry: model.retry,
     async send(request, signal) {
       const started = performance.now();
-      const attempt = await model.send(request, signal);
+      const send = () => model.send(request, signal);
+      const attempt = tracer
+        ? await inSpan(tracer, "openma.model.request", { "gen_ai.request.model": request.model }, async (span) => {
+            const a = await send();
+            span.setAttribute("openma.outcome", a.type === "failure" ? a.failure.errorType : a.type);
+            return a;
+          })
+        : await send();
       const outcome = attempt.type === "failure" ? attempt.failure.errorType : attempt.type;
       metrics.modelRequestDuration.observe({ outcome }, secondsSince(started));
       if (attempt.type === "response") {
@@ -73,12 +86,20 @@ function withMethods<T extends object>(target: T, overrides: Partial<T>): T {
   });
 }
 
-/** Runs `run` and observes its duration with the outcome its result names (`threw` when it throws). */
-async function timed<T extends { type: string }>(histogram: Histogram, labels: Labels, run: () => Promise<T>): Promise<T> {
+/**
+ * Runs `run` and observes its duration with the outcome its result names
+ * (`threw` when it throws); with a tracer, inside a span named `spanName`.
+ */
+async function timed<T extends { type: string }>(
+  histogram: Histogram,
+  labels: Labels,
+  run: () => Promise<T>,
+  traced?: { tracer: Tracer; spanName: string },
+): Promise<T> {
   const started = performance.now();
   let outcome = "threw";
   try {
-    const result = await run();
+    const result = traced ? await inSpan(traced.tracer, traced.spanName, { ...labels }, run) : await run();
     outcome = result.type;
     return result;
   } finally {
@@ -86,20 +107,21 @@ async function timed<T extends { type: string }>(histogram: Histogram, labels: L
   }
 }
 
-/** Times a backend's acquire and terminate and its tool sandboxes' exec, labelled by driver. */
-export function meteredBackend(backend: SandboxBackend, metrics: OpenmaMetrics): SandboxBackend {
+/** Times a backend's acquire and terminate and its tool sandboxes' exec, labelled by driver; spans `openma.sandbox.<operation>`. */
+export function meteredBackend(backend: SandboxBackend, metrics: OpenmaMetrics, tracer?: Tracer): SandboxBackend {
   const h = metrics.sandboxOperationDuration;
   const driver = backend.name;
+  const span = (operation: string) => (tracer ? { tracer, spanName: `openma.sandbox.${operation}` } : undefined);
   const sandbox = withMethods(backend.sandbox, {
-    acquire: (input) => timed(h, { driver, operation: "acquire" }, () => backend.sandbox.acquire(input)),
-    terminate: (input) => timed(h, { driver, operation: "terminate" }, () => backend.sandbox.terminate(input)),
+    acquire: (input) => timed(h, { driver, operation: "acquire" }, () => backend.sandbox.acquire(input), span("acquire")),
+    terminate: (input) => timed(h, { driver, operation: "terminate" }, () => backend.sandbox.terminate(input), span("terminate")),
   });
   return {
     ...backend,
     sandbox,
     toolSandbox(lease) {
       const port = backend.toolSandbox(lease);
-      return withMethods(port, { exec: (input) => timed(h, { driver, operation: "exec" }, () => port.exec(input)) });
+      return withMethods(port, { exec: (input) => timed(h, { driver, operation: "exec" }, () => port.exec(input), span("exec")) });
     },
   };
 }
