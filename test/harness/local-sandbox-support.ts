@@ -56,6 +56,8 @@ export async function startLocalSandboxServer(
   dialect: Dialect,
   sandbox: "bubblewrap" | "docker",
   script: ScriptInput,
+  /** More server configuration (tracing, metrics). */
+  env: Record<string, string> = {},
 ): Promise<LocalSandboxServer> {
   const model: ScriptedModel = await startScriptedModel({ apiKey: MODEL_KEY, script });
   try {
@@ -65,6 +67,7 @@ export async function startLocalSandboxServer(
       OPENMA_MODEL_BASE_URL: model.url,
       OPENMA_MODEL_API_KEY: MODEL_KEY,
       OPENMA_EXECUTION_POLL_MS: "600000", // bus wake-ups only
+      ...env,
     });
     return {
       t,

@@ -23,6 +23,7 @@ import { systemClock } from "@openma/storage";
 import { FsBlobStore } from "@openma/storage/blobs";
 import { openTestStorage, type TestStorage } from "@openma/storage/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { scrape, total } from "../ops/scrape.ts";
 import { type CrashableServer, crashableServer } from "../support/crash-server.ts";
 import { allEvents, createSelfHostedEnvironment, endTurnIdle, type LoggedEvent, resultText, sendAndWait } from "../support/worker-e2e.ts";
 import { activeOutputs, bwrapLeftovers, dockerContainerIds, dockerLeftovers, sandboxedProcesses } from "./support.ts";
@@ -131,6 +132,14 @@ describe.each<RuntimeHostDriver>(["bubblewrap", "docker"])("kill -9 of openma se
       const a = await active();
       return a?.outputs ? a : null;
     }, "the first turn's publication");
+    // The embedded runtime host's metrics: the first turn's workspace was checkpointed, its bytes uploaded.
+    const firstScrape = await eventually(async () => {
+      const body = await scrape(srv.baseURL, API_KEY);
+      return total(body, "openma_workspace_persistence_duration_seconds_count", { operation: "checkpoint", outcome: "created" }) > 0
+        ? body
+        : null;
+    }, "the first checkpoint in /metrics");
+    expect(total(firstScrape, "openma_runtime_blob_bytes_total", { direction: "upload" })).toBeGreaterThan(0);
 
     // Second turn: wait until its tool has written partial.txt inside the sandbox, then crash.
     await client.beta.sessions.events.send(session.id, { events: [{ type: "user.message", content: [{ type: "text", text: "SECOND" }] }] });
@@ -178,6 +187,12 @@ describe.each<RuntimeHostDriver>(["bubblewrap", "docker"])("kill -9 of openma se
       return a && a.generation > firstPublished.generation && a.revision > firstPublished.revision ? a : null;
     }, "the restarted run's publication");
     expect(final.generation).toBeGreaterThan(firstPublished.generation);
+    // The restarted server restored the published workspace: its metrics show the restore and the bytes read.
+    const restarted = await scrape(srv.baseURL, API_KEY);
+    expect(
+      total(restarted, "openma_workspace_persistence_duration_seconds_count", { operation: "restore", outcome: "materialized" }),
+    ).toBeGreaterThan(0);
+    expect(total(restarted, "openma_runtime_blob_bytes_total", { direction: "download" })).toBeGreaterThan(0);
     // The server keeps its blobs under its own data dir.
     const blobs = new FsBlobStore(join(srv.dataDir, "blobs"));
     const report = (await activeOutputs({ db: store.storage.db, blobs }, scope)).find((f) => f.path === "report.md");

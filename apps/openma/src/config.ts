@@ -151,7 +151,7 @@ export interface ServerConfig {
   /** Set when this process serves a self-hosted environment (ama_worker lane). Holds a secret: never log. */
   runtimeHost: RuntimeHostConfig | undefined;
   /** `/metrics`, `/ready` and the SIGTERM drain (see ops.ts). The token is a secret: never log. */
-  ops: { metrics: boolean; metricsToken: string | undefined; drainTimeoutMs: number };
+  ops: { metrics: boolean; metricsToken: string | undefined; drainTimeoutMs: number; tracesEndpoint: string | undefined };
 }
 
 export interface RuntimeHostConfig {
@@ -212,7 +212,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
     prices: pricesOf(e.OPENMA_PRICE_TABLE),
     blobs: blobEnvOf(e),
     runtimeHost: runtimeHostOf(e),
-    ops: { metrics: e.OPENMA_METRICS === "on", metricsToken: e.OPENMA_METRICS_TOKEN, drainTimeoutMs: e.OPENMA_DRAIN_TIMEOUT_MS },
+    ops: {
+      metrics: e.OPENMA_METRICS === "on",
+      metricsToken: e.OPENMA_METRICS_TOKEN,
+      drainTimeoutMs: e.OPENMA_DRAIN_TIMEOUT_MS,
+      // OpenTelemetry's own variables (tracing.ts): traces are exported only when an OTLP endpoint is named.
+      tracesEndpoint: tracesEndpoint(env),
+    },
   };
 }
 
@@ -222,6 +228,18 @@ function pricesOf(file: string | undefined): PriceTable {
   } catch (err) {
     throw new Error(`invalid configuration: ${(err as Error).message}`);
   }
+}
+
+/**
+ * The OTLP/HTTP traces endpoint OpenTelemetry's own variables name (the
+ * signal-specific one as is, the general one plus `/v1/traces`), or undefined:
+ * tracing off. `OTEL_TRACES_EXPORTER=none` turns it off too.
+ */
+export function tracesEndpoint(env: NodeJS.ProcessEnv): string | undefined {
+  if (env.OTEL_TRACES_EXPORTER === "none") return undefined;
+  if (env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) return env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT;
+  if (env.OTEL_EXPORTER_OTLP_ENDPOINT) return `${env.OTEL_EXPORTER_OTLP_ENDPOINT.replace(/\/+$/, "")}/v1/traces`;
+  return undefined;
 }
 
 function isSecretKey(text: string): boolean {

@@ -7,10 +7,14 @@
 import type { WorkerEvent } from "@openma/execution";
 import { queueStats } from "@openma/execution/queue-stats";
 import type { ModelPort } from "@openma/harness";
-import { type OpenmaMetrics, openmaMetrics, secondsSince } from "@openma/metrics";
+import type { RuntimeRunResult } from "@openma/host";
+import { type Histogram, type Labels, type OpenmaMetrics, openmaMetrics, secondsSince } from "@openma/metrics";
 import { type PrometheusMetrics, prometheusMetrics } from "@openma/metrics/prometheus";
+import type { RuntimeHostInstruments } from "@openma/runtime-host";
 import type { Clock, Storage } from "@openma/storage";
+import type { Tracer } from "@opentelemetry/api";
 import type { SandboxBackend } from "./sandbox.ts";
+import { inSpan } from "./spans.ts";
 
 export interface ServeMetrics {
   metrics: OpenmaMetrics;
@@ -35,13 +39,24 @@ export function serveMetrics(storage: Storage, clock: Clock): ServeMetrics {
   return { metrics, prometheus };
 }
 
-/** Times each model request and counts its tokens; the outcome label is the failure type, never its message. */
-export function meteredModel(model: ModelPort, metrics: OpenmaMetrics): ModelPort {
+/**
+ * Times each model request and counts its tokens; the outcome label is the
+ * failure type, never its message. With a tracer, each request is a span
+ * (`openma.model.request`) of the turn's trace.
+ */
+export function meteredModel(model: ModelPort, metrics: OpenmaMetrics, tracer?: Tracer): ModelPort {
   return {
     retry: model.retry,
     async send(request, signal) {
       const started = performance.now();
-      const attempt = await model.send(request, signal);
+      const send = () => model.send(request, signal);
+      const attempt = tracer
+        ? await inSpan(tracer, "openma.model.request", { "gen_ai.request.model": request.model }, async (span) => {
+            const a = await send();
+            span.setAttribute("openma.outcome", a.type === "failure" ? a.failure.errorType : a.type);
+            return a;
+          })
+        : await send();
       const outcome = attempt.type === "failure" ? attempt.failure.errorType : attempt.type;
       metrics.modelRequestDuration.observe({ outcome }, secondsSince(started));
       if (attempt.type === "response") {
@@ -56,41 +71,57 @@ export function meteredModel(model: ModelPort, metrics: OpenmaMetrics): ModelPor
   };
 }
 
-/** Times a backend's acquire and terminate and its tool sandboxes' exec, labelled by driver. */
-export function meteredBackend(backend: SandboxBackend, metrics: OpenmaMetrics): SandboxBackend {
-  const driver = backend.name;
-  const timed = async <T extends { type: string }>(operation: string, run: () => Promise<T>): Promise<T> => {
-    const started = performance.now();
-    let outcome = "threw";
-    try {
-      const result = await run();
-      outcome = result.type;
-      return result;
-    } finally {
-      metrics.sandboxOperationDuration.observe({ driver, operation, outcome }, secondsSince(started));
-    }
-  };
-  // A Proxy keeps the driver's class methods (and `this`) intact; only two calls are timed.
-  const sandbox = new Proxy(backend.sandbox, {
-    get(target, key, receiver) {
-      if (key === "acquire") return (input: Parameters<typeof target.acquire>[0]) => timed("acquire", () => target.acquire(input));
-      if (key === "terminate") return (input: Parameters<typeof target.terminate>[0]) => timed("terminate", () => target.terminate(input));
-      const value = Reflect.get(target, key, receiver);
-      return typeof value === "function" ? value.bind(target) : value;
+/**
+ * A view of `target` with some methods replaced. A Proxy keeps the other
+ * methods of a driver's class instance working (bound to the instance),
+ * which spreading the object would lose.
+ */
+function withMethods<T extends object>(target: T, overrides: Partial<T>): T {
+  return new Proxy(target, {
+    get(t, key, receiver) {
+      if (Object.hasOwn(overrides, key)) return overrides[key as keyof T];
+      const value = Reflect.get(t, key, receiver);
+      return typeof value === "function" ? value.bind(t) : value;
     },
+  });
+}
+
+/**
+ * Runs `run` and observes its duration with the outcome its result names
+ * (`threw` when it throws); with a tracer, inside a span named `spanName`.
+ */
+async function timed<T extends { type: string }>(
+  histogram: Histogram,
+  labels: Labels,
+  run: () => Promise<T>,
+  traced?: { tracer: Tracer; spanName: string },
+): Promise<T> {
+  const started = performance.now();
+  let outcome = "threw";
+  try {
+    const result = traced ? await inSpan(traced.tracer, traced.spanName, { ...labels }, run) : await run();
+    outcome = result.type;
+    return result;
+  } finally {
+    histogram.observe({ ...labels, outcome }, secondsSince(started));
+  }
+}
+
+/** Times a backend's acquire and terminate and its tool sandboxes' exec, labelled by driver; spans `openma.sandbox.<operation>`. */
+export function meteredBackend(backend: SandboxBackend, metrics: OpenmaMetrics, tracer?: Tracer): SandboxBackend {
+  const h = metrics.sandboxOperationDuration;
+  const driver = backend.name;
+  const span = (operation: string) => (tracer ? { tracer, spanName: `openma.sandbox.${operation}` } : undefined);
+  const sandbox = withMethods(backend.sandbox, {
+    acquire: (input) => timed(h, { driver, operation: "acquire" }, () => backend.sandbox.acquire(input), span("acquire")),
+    terminate: (input) => timed(h, { driver, operation: "terminate" }, () => backend.sandbox.terminate(input), span("terminate")),
   });
   return {
     ...backend,
     sandbox,
     toolSandbox(lease) {
       const port = backend.toolSandbox(lease);
-      return new Proxy(port, {
-        get(target, key, receiver) {
-          if (key === "exec") return (input: Parameters<typeof target.exec>[0]) => timed("exec", () => target.exec(input));
-          const value = Reflect.get(target, key, receiver);
-          return typeof value === "function" ? value.bind(target) : value;
-        },
-      });
+      return withMethods(port, { exec: (input) => timed(h, { driver, operation: "exec" }, () => port.exec(input), span("exec")) });
     },
   };
 }
@@ -118,5 +149,56 @@ export function workerMetrics(metrics: OpenmaMetrics): (event: WorkerEvent) => v
         if (result === "lease_lost") metrics.leaseLosses.inc({ lease: "execution" });
       }
     }
+  };
+}
+
+/**
+ * The runtime host's ports, metered: fence renewals (a thrown renewal is the
+ * controller's `transient`), workspace checkpoint and restore durations, and
+ * the bytes its storage moves through the blob store.
+ */
+export function runtimeHostMetrics(
+  storage: Storage,
+  metrics: OpenmaMetrics,
+): { storage: Storage; instrument: RuntimeHostInstruments; onResult: (ticket: unknown, result: RuntimeRunResult) => void } {
+  const blobs = withMethods(storage.blobs, {
+    put: async (key, data) => {
+      await storage.blobs.put(key, data);
+      metrics.runtimeBlobBytes.inc({ direction: "upload" }, data.length);
+    },
+    get: async (key) => {
+      const data = await storage.blobs.get(key);
+      if (data) metrics.runtimeBlobBytes.inc({ direction: "download" }, data.length);
+      return data;
+    },
+  });
+  const h = metrics.workspacePersistenceDuration;
+  return {
+    storage: withMethods(storage, { blobs } as Partial<Storage>),
+    instrument: {
+      fences: (port) =>
+        withMethods(port, {
+          renew: async (input) => {
+            try {
+              const result = await port.renew(input);
+              metrics.leaseRenewals.inc({ lease: "runtime_fence", result: result.type === "renewed" ? "renewed" : "lost" });
+              return result;
+            } catch (err) {
+              metrics.leaseRenewals.inc({ lease: "runtime_fence", result: "transient" });
+              throw err;
+            }
+          },
+        }),
+      workspace: (port) =>
+        withMethods(port, {
+          checkpoint: (input) => timed(h, { operation: "checkpoint" }, () => port.checkpoint(input)),
+          // A materialize with a candidate restores it; one without starts an empty workspace.
+          materialize: (input) => timed(h, { operation: input.candidate ? "restore" : "create" }, () => port.materialize(input)),
+        }),
+    },
+    onResult: (_ticket, result) => {
+      metrics.runtimeRuns.inc({ result: result.type });
+      if (result.type === "lease_lost") metrics.leaseLosses.inc({ lease: "runtime_fence" });
+    },
   };
 }

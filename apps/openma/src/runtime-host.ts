@@ -8,9 +8,11 @@
  * sessions in that provider's sandboxes instead (remote-sandboxes.ts).
  */
 import type { Logger } from "@openma/api";
+import type { OpenmaMetrics } from "@openma/metrics";
 import type { RemoteRuntimeHostDriver, RunningRuntimeHost, RuntimeHostDriver } from "@openma/runtime-host";
 import type { Storage } from "@openma/storage";
 import type { RuntimeHostConfig } from "./config.ts";
+import { runtimeHostMetrics } from "./metrics.ts";
 import { isRemoteSandbox, remoteRuntimeHostDriver } from "./remote-sandboxes.ts";
 import { type AvailabilityProbes, chooseSandbox, hostProbes } from "./sandbox.ts";
 
@@ -30,8 +32,11 @@ export async function startConfiguredRuntimeHost(options: {
   storage: Storage;
   logger: Logger;
   probes?: AvailabilityProbes;
+  /** Fence renewals and losses, runs, checkpoint and restore durations and bytes (metrics.ts); absent: none. */
+  metrics?: OpenmaMetrics | undefined;
 }): Promise<RunningRuntimeHost> {
   const { config } = options;
+  const metered = options.metrics ? runtimeHostMetrics(options.storage, options.metrics) : null;
   // A cloud runtime reaches the control plane over the network: its public URL, else the listener itself.
   const driver: RuntimeHostDriver | RemoteRuntimeHostDriver = isRemoteSandbox(config.sandbox)
     ? remoteRuntimeHostDriver(config.sandbox, process.env, config.publicUrl ?? options.apiUrl)
@@ -43,7 +48,8 @@ export async function startConfiguredRuntimeHost(options: {
     apiUrl: options.apiUrl,
     environmentId: config.environmentId,
     environmentKey: config.environmentKey,
-    storage: options.storage,
+    storage: metered?.storage ?? options.storage,
+    ...(metered ? { instrument: metered.instrument, onResult: metered.onResult } : {}),
     stateDir: `${options.dataDir}/runtime-host`,
     logger: options.logger,
     concurrency: config.concurrency,

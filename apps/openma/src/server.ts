@@ -11,12 +11,14 @@ import { harnessRunner } from "@openma/execution/harness-runner";
 import { createAnthropicModel } from "@openma/harness";
 import { createMcpExecutors } from "@openma/harness/server-tools/mcp";
 import { WebFetchExecutor } from "@openma/harness/server-tools/web-fetch";
+import { type OpenmaMetrics, openmaMetrics } from "@openma/metrics";
 import { newId, openStorage, resealVaultCredentialSecrets, type Storage, sweepStaging, systemClock } from "@openma/storage";
 import type { BlobStore } from "@openma/storage/blobs";
+import type { Tracer } from "@opentelemetry/api";
 import pino from "pino";
 import { ensureAdminKey } from "./admin-key.ts";
 import type { ServerConfig } from "./config.ts";
-import { meteredBackend, meteredModel, type ServeMetrics, serveMetrics, workerMetrics } from "./metrics.ts";
+import { meteredBackend, meteredModel, serveMetrics, workerMetrics } from "./metrics.ts";
 import { dockerEngineCheck, mountOps, type ReadinessCheck, readiness, storageChecks } from "./ops.ts";
 import { hostProvisioner } from "./provision.ts";
 import { isRemoteSandbox, openRemoteServeSandboxes } from "./remote-sandboxes.ts";
@@ -25,6 +27,8 @@ import { type AvailabilityProbes, openServeSandboxes, type SandboxBackend, type 
 import { openServeOwnership } from "./sandbox-owners.ts";
 import { loadSecretKeys, type SecretKeys } from "./secret-key.ts";
 import { followSessionClosures, type SessionClosures } from "./session-closures.ts";
+import { tracedRunner, traceFields } from "./spans.ts";
+import type { Tracing } from "./tracing.ts";
 import { VERSION } from "./version.ts";
 
 /** A staged upload untouched this long at start-up was abandoned by a killed server. */
@@ -54,7 +58,8 @@ export interface StartOptions {
 }
 
 export function createLogger(level: string): Logger {
-  return pino({ level, base: { service: "openma" }, timestamp: pino.stdTimeFunctions.isoTime });
+  // A line logged inside a traced turn carries its trace and span ids.
+  return pino({ level, base: { service: "openma" }, timestamp: pino.stdTimeFunctions.isoTime, mixin: traceFields });
 }
 
 export async function startServer(config: ServerConfig, opts: StartOptions = {}): Promise<RunningServer> {
@@ -73,6 +78,9 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
   if (storage.blobs.stagingDir) await sweepStaging(storage.blobs.stagingDir, Date.now(), STALE_UPLOAD_MS);
   const adminKey = await ensureAdminKey(storage, config.dataDir, config.apiKey);
   const observed = config.ops.metrics ? serveMetrics(storage, systemClock) : null;
+  // The OpenTelemetry SDK loads only when an OTLP endpoint is configured.
+  const endpoint = config.ops.tracesEndpoint;
+  const tracing: Tracing | null = endpoint ? (await import("./tracing.ts")).startTracing(endpoint) : null;
   const secretKeys = loadSecretKeys(config.dataDir, config.secretKeys);
   // Set once the brain runs (after the listener); before that no session can hold a sandbox.
   let brain: Brain | null = null;
@@ -131,7 +139,8 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
   const { port } = server.address() as AddressInfo;
   const url = `http://${config.host}:${port}`;
   if (!deps.publicBaseUrl) deps.publicBaseUrl = url;
-  brain = await startBrain(config, deps, opts.sandboxProbes, observed);
+  const observability = observed || tracing ? { metrics: observed?.metrics ?? openmaMetrics(), tracer: tracing?.tracer } : null;
+  brain = await startBrain(config, deps, opts.sandboxProbes, observability);
   if (brain?.sandboxes.driver === "docker") readyChecks.sandbox = dockerEngineCheck;
   // The embedded runtime host reaches this very listener (its sandboxes' only way out is a socket bridged to it).
   const runtimeHost = config.runtimeHost
@@ -142,6 +151,7 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
         storage,
         logger,
         probes: opts.sandboxProbes,
+        metrics: observed?.metrics,
       }).catch(async (err: unknown) => {
         await brain?.worker.stop();
         brain?.closures.stop();
@@ -182,6 +192,7 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
         await brain?.closures.settled();
         await brain?.sandboxes.close();
         if (!opts.storage) await storage.close();
+        await tracing?.shutdown();
       })();
       return closing;
     },
@@ -230,7 +241,7 @@ async function startBrain(
   config: ServerConfig,
   deps: ApiDeps,
   probes: AvailabilityProbes | undefined,
-  observed: ServeMetrics | null,
+  observability: { metrics: OpenmaMetrics; tracer: Tracer | undefined } | null,
 ): Promise<Brain | null> {
   if (!config.brain.enabled) return null;
   // Tests that inject probes describe a machine; only the real one is ever provisioned.
@@ -238,8 +249,9 @@ async function startBrain(
   const choice = config.brain.sandbox;
   // Owner records and the reaper: what a crashed server leaves is ended by the next one (docs/serve-sandboxes.md).
   const ownership = await openServeOwnership(deps.storage, config.brain.sandboxes, deps.logger);
-  const metrics = observed?.metrics;
-  const instrument = metrics ? (backend: SandboxBackend) => meteredBackend(backend, metrics) : undefined;
+  const metrics = observability?.metrics;
+  const tracer = observability?.tracer;
+  const instrument = metrics ? (backend: SandboxBackend) => meteredBackend(backend, metrics, tracer) : undefined;
   const common = { dataDir: config.dataDir, logger: deps.logger, idleMs: config.brain.sandboxes.idleMs, ownership, instrument };
   const sandboxes = isRemoteSandbox(choice)
     ? await openRemoteServeSandboxes(choice, process.env, common)
@@ -250,7 +262,7 @@ async function startBrain(
     clock: deps.clock,
     ids: deps.ids,
     logger: deps.logger,
-    model: metrics ? meteredModel(model, metrics) : model,
+    model: metrics ? meteredModel(model, metrics, tracer) : model,
     sandboxes,
     secrets: deps.secrets,
     serverTools: [new WebFetchExecutor()],
@@ -260,7 +272,7 @@ async function startBrain(
   });
   const worker = new ExecutionWorker({
     storage: deps.storage,
-    runner,
+    runner: tracer ? tracedRunner(runner, tracer) : runner,
     logger: deps.logger,
     concurrency: config.brain.concurrency,
     leaseTtlMs: config.brain.leaseTtlMs,

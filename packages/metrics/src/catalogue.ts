@@ -39,8 +39,9 @@ export interface OpenmaMetrics {
   sandboxOperationDuration: Histogram;
   leaseRenewals: Counter;
   leaseLosses: Counter;
-  checkpointBytes: Counter;
-  checkpointDuration: Histogram;
+  runtimeRuns: Counter;
+  runtimeBlobBytes: Counter;
+  workspacePersistenceDuration: Histogram;
 }
 
 export function openmaMetrics(port: MetricsPort = noopMetrics, sources: ScrapeSources = {}): OpenmaMetrics {
@@ -129,7 +130,7 @@ export function openmaMetrics(port: MetricsPort = noopMetrics, sources: ScrapeSo
     }),
     leaseRenewals: port.counter({
       name: "openma_lease_renewals_total",
-      help: "Lease renewals by lease kind and result (renewed, lost, transient)",
+      help: "Lease renewals by lease kind (execution, runtime_fence) and result (renewed, lost, transient)",
       labelNames: ["lease", "result"],
     }),
     leaseLosses: port.counter({
@@ -137,15 +138,20 @@ export function openmaMetrics(port: MetricsPort = noopMetrics, sources: ScrapeSo
       help: "Leases lost while their work ran (the work was aborted) by lease kind",
       labelNames: ["lease"],
     }),
-    checkpointBytes: port.counter({
-      name: "openma_checkpoint_bytes_total",
-      help: "Bytes uploaded by checkpoints and downloaded by restores",
-      labelNames: ["operation"],
+    runtimeRuns: port.counter({
+      name: "openma_runtime_runs_total",
+      help: "Runtime host runs (one turn in a sandbox) by how they ended",
+      labelNames: ["result"],
     }),
-    checkpointDuration: port.histogram({
-      name: "openma_checkpoint_duration_seconds",
-      help: "Checkpoint and restore durations",
-      labelNames: ["operation"],
+    runtimeBlobBytes: port.counter({
+      name: "openma_runtime_blob_bytes_total",
+      help: "Bytes the runtime host moved through the blob store: uploads (workspace checkpoints, outputs) and downloads (restores)",
+      labelNames: ["direction"],
+    }),
+    workspacePersistenceDuration: port.histogram({
+      name: "openma_workspace_persistence_duration_seconds",
+      help: "Workspace checkpoint and restore durations in the runtime host by outcome",
+      labelNames: ["operation", "outcome"],
       buckets: LATENCY_BUCKETS,
     }),
   };

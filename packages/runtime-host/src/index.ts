@@ -6,6 +6,7 @@ export {
   AMA_WORKER_PROFILE,
   type RunningRuntimeHost,
   type RuntimeHostDriver,
+  type RuntimeHostInstruments,
   type RuntimeHostOptions,
   SANDBOX_PATHS,
   startRuntimeHost,

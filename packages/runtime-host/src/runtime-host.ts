@@ -28,6 +28,7 @@ import { fileURLToPath } from "node:url";
 import type {
   ManagedRuntimeProfile,
   ManagedSandboxPort,
+  RuntimeResourceFencePort,
   SandboxProcessPort,
   SessionOutputPort,
   WorkspacePersistencePort,
@@ -94,6 +95,13 @@ export interface RuntimeHostOptions {
    */
   gc?: { intervalMs: number; keepPrevious: number; graceMs: number } | false;
   onResult?: (ticket: WorkTicket, result: RuntimeRunResult) => void;
+  /** Wraps the host's fence and workspace ports (`openma serve` times and counts them for metrics). */
+  instrument?: RuntimeHostInstruments;
+}
+
+export interface RuntimeHostInstruments {
+  fences?(port: RuntimeResourceFencePort): RuntimeResourceFencePort;
+  workspace?(port: WorkspacePersistencePort): WorkspacePersistencePort;
 }
 
 export interface RunningRuntimeHost {
@@ -160,7 +168,9 @@ export async function startRuntimeHost(options: RuntimeHostOptions): Promise<Run
   const swept = await parts.sweepLeftovers().catch(() => 0);
   if (swept > 0) options.logger.info({ swept }, "removed sandboxes a previous runtime host left behind");
 
-  const { fences, orphans } = sqlRuntimePorts(options.storage.db, systemClock);
+  const sqlPorts = sqlRuntimePorts(options.storage.db, systemClock);
+  const fences = options.instrument?.fences?.(sqlPorts.fences) ?? sqlPorts.fences;
+  const { orphans } = sqlPorts;
   const tickets = new TicketBoard();
   const runner = new AmaWorkerRunner({
     processes: parts.processes,
@@ -172,7 +182,9 @@ export async function startRuntimeHost(options: RuntimeHostOptions): Promise<Run
     onLog: (line, scope) => options.logger.info({ session_id: scope.sessionId, worker: line.slice(0, 2000) }, "worker"),
   });
   for (const dir of ["workspaces", "outputs"]) await mkdir(join(stateDir, dir), { recursive: true, mode: 0o711 });
-  const { workspace, outputs } = parts.ports(stateDir);
+  const ported = parts.ports(stateDir);
+  const workspace = options.instrument?.workspace?.(ported.workspace) ?? ported.workspace;
+  const { outputs } = ported;
   const host = new ManagedRuntimeHost({
     fences,
     orphans,

@@ -1,0 +1,52 @@
+/**
+ * The spans of `openma serve` (tracing.ts exports them when configured): one
+ * trace per brain turn, whose root `openma.turn` wraps the turn runner; the
+ * model requests and sandbox calls made inside it are its children (the
+ * active span travels through async calls with AsyncLocalStorage). Logs
+ * written while a span is active carry its `trace_id` and `span_id`. Only the
+ * OpenTelemetry API is used here: without a configured tracer it costs nothing.
+ */
+
+import type { TurnRunner } from "@openma/execution";
+import { context, type Span, SpanStatusCode, type Tracer, trace } from "@opentelemetry/api";
+
+/** Runs `fn` inside a new active span, ending it with the error status when `fn` throws. */
+export async function inSpan<T>(
+  tracer: Tracer,
+  name: string,
+  attributes: Record<string, string>,
+  fn: (span: Span) => Promise<T>,
+): Promise<T> {
+  return tracer.startActiveSpan(name, { attributes }, async (span) => {
+    try {
+      return await fn(span);
+    } catch (err) {
+      span.recordException(err as Error);
+      span.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error).message });
+      throw err;
+    } finally {
+      span.end();
+    }
+  });
+}
+
+/** One trace per turn: the runner's turn becomes the root span `openma.turn`. */
+export function tracedRunner(runner: TurnRunner, tracer: Tracer): TurnRunner {
+  return {
+    needsTurn: (sessionId) => runner.needsTurn(sessionId),
+    runTurn: (sessionId, signal) =>
+      inSpan(tracer, "openma.turn", { "openma.session_id": sessionId }, async (span) => {
+        const outcome = await runner.runTurn(sessionId, signal);
+        span.setAttribute("openma.turn.outcome", outcome.type);
+        return outcome;
+      }),
+  };
+}
+
+/** The active span's ids for a log line (pino `mixin`), or nothing outside a span. */
+export function traceFields(): Record<string, string> {
+  const span = trace.getSpan(context.active());
+  if (!span) return {};
+  const { traceId, spanId } = span.spanContext();
+  return { trace_id: traceId, span_id: spanId };
+}

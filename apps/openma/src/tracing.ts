@@ -1,0 +1,41 @@
+/**
+ * OpenTelemetry traces of `openma serve`, off unless an OTLP endpoint is
+ * configured (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or
+ * `OTEL_EXPORTER_OTLP_ENDPOINT`, the SDK's own variables; see config.ts), sent
+ * as OTLP/HTTP JSON (the exporter reads `OTEL_EXPORTER_OTLP_HEADERS` itself).
+ *
+ * Loaded only when tracing is on (the SDK stays out of a server without it);
+ * the spans themselves are made in spans.ts, on the API alone.
+ *
+ * The provider is this server's, not registered globally, so two servers in
+ * one process (tests) keep their traces apart; only the context manager is
+ * global, and it is the same for everyone.
+ */
+
+import type { Tracer } from "@opentelemetry/api";
+import { context } from "@opentelemetry/api";
+import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
+import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
+import { resourceFromAttributes } from "@opentelemetry/resources";
+import { BasicTracerProvider, BatchSpanProcessor } from "@opentelemetry/sdk-trace-base";
+import { VERSION } from "./version.ts";
+
+export interface Tracing {
+  tracer: Tracer;
+  /** Exports what is buffered and stops. */
+  shutdown(): Promise<void>;
+}
+
+let contextManager: AsyncLocalStorageContextManager | null = null;
+
+export function startTracing(endpoint: string): Tracing {
+  if (contextManager === null) {
+    contextManager = new AsyncLocalStorageContextManager().enable();
+    context.setGlobalContextManager(contextManager);
+  }
+  const provider = new BasicTracerProvider({
+    resource: resourceFromAttributes({ "service.name": "openma", "service.version": VERSION }),
+    spanProcessors: [new BatchSpanProcessor(new OTLPTraceExporter({ url: endpoint }))],
+  });
+  return { tracer: provider.getTracer("openma", VERSION), shutdown: () => provider.shutdown() };
+}

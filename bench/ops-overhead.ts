@@ -1,0 +1,106 @@
+/**
+ * What operations cost a request: two `openma serve` processes (SQLite, brain
+ * on, the scripted model answering at once), one with Prometheus metrics and
+ * OpenTelemetry tracing on (spans exported to an OTLP receiver in this
+ * process, /metrics scraped every 100 requests), one with both off. The same
+ * requests go to both, interleaved, so load on the machine hits both alike:
+ * create a session, send it a message (its turn runs and is traced), read the
+ * session back. Prints p50/p95/mean per request kind and the on/off ratio
+ * (target ≤ 1.05).
+ * Run: npx tsx bench/ops-overhead.ts [iterations=300]
+ */
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
+import { cpus } from "node:os";
+import { startScriptedModel } from "@openma/scripted-model";
+import { type ChildServer, startServeProcess } from "../test/support/child-server.ts";
+
+const ITERATIONS = Number(process.argv[2] ?? 300);
+const MODEL_KEY = "sk-scripted-ops-bench";
+const API_KEY = "sk-ant-api03-ops-bench-admin-key-0123456789";
+const KINDS = ["create session", "send message", "retrieve session"] as const;
+
+const quantile = (sorted: number[], q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? Number.NaN;
+const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+
+async function main(): Promise<void> {
+  let spans = 0;
+  const receiver = createServer((req, res) => {
+    req.on("data", () => {});
+    req.on("end", () => {
+      spans++;
+      res.writeHead(200, { "content-type": "application/json" }).end("{}");
+    });
+  });
+  await new Promise<void>((resolve) => receiver.listen(0, "127.0.0.1", resolve));
+  const otlp = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`;
+  const model = await startScriptedModel({ apiKey: MODEL_KEY, script: [{ response: "ok", times: 1_000_000 }] });
+  const common = {
+    LOG_LEVEL: "silent",
+    OPENMA_BRAIN: "on",
+    OPENMA_SANDBOX: "none",
+    OPENMA_MODEL_BASE_URL: model.url,
+    OPENMA_MODEL_API_KEY: MODEL_KEY,
+  };
+  const servers: Record<"off" | "on", ChildServer> = {
+    off: await startServeProcess({ apiKey: API_KEY, env: { ...common, OPENMA_METRICS: "off" } }),
+    on: await startServeProcess({ apiKey: API_KEY, env: { ...common, OPENMA_METRICS: "on", OTEL_EXPORTER_OTLP_ENDPOINT: otlp } }),
+  };
+  try {
+    const setup = async (s: ChildServer) => ({
+      env: (await s.client.beta.environments.create({ name: "bench" })).id,
+      agent: (await s.client.beta.agents.create({ name: "bench", model: "claude-test-1" })).id,
+    });
+    const ids = { off: await setup(servers.off), on: await setup(servers.on) };
+    const samples = { off: new Map<string, number[]>(), on: new Map<string, number[]>() };
+    const time = async <T>(mode: "off" | "on", kind: string, run: () => Promise<T>): Promise<T> => {
+      const t0 = performance.now();
+      const result = await run();
+      const list = samples[mode].get(kind) ?? [];
+      list.push(performance.now() - t0);
+      samples[mode].set(kind, list);
+      return result;
+    };
+    const once = async (mode: "off" | "on") => {
+      const { client } = servers[mode];
+      const session = await time(mode, "create session", () =>
+        client.beta.sessions.create({ agent: ids[mode].agent, environment_id: ids[mode].env }),
+      );
+      await time(mode, "send message", () =>
+        client.beta.sessions.events.send(session.id, { events: [{ type: "user.message", content: [{ type: "text", text: "hi" }] }] }),
+      );
+      await time(mode, "retrieve session", () => client.beta.sessions.retrieve(session.id));
+    };
+    // Warm-up, not measured.
+    for (let i = 0; i < 20; i++) for (const mode of ["off", "on"] as const) await once(mode);
+    for (const m of Object.values(samples)) m.clear();
+    for (let i = 0; i < ITERATIONS; i++) {
+      // Alternate which goes first, so neither always follows the other's turn.
+      const order = i % 2 === 0 ? (["off", "on"] as const) : (["on", "off"] as const);
+      for (const mode of order) await once(mode);
+      if (i % 100 === 99)
+        await fetch(`${servers.on.baseURL}/metrics`, { headers: { authorization: `Bearer ${API_KEY}` } }).then((r) => r.text());
+    }
+    console.log(`# operations overhead benchmark  (${new Date().toISOString()}, node ${process.version}, ${cpus().length} cpus)`);
+    console.log(`${ITERATIONS} iterations per server; metrics + tracing on vs off; OTLP export requests received: ${spans}`);
+    console.log("request            | off p50 / p95 / mean (ms) | on p50 / p95 / mean (ms) | ratio p50 | ratio mean");
+    const ratios: number[] = [];
+    for (const kind of KINDS) {
+      const off = [...(samples.off.get(kind) ?? [])].sort((a, b) => a - b);
+      const on = [...(samples.on.get(kind) ?? [])].sort((a, b) => a - b);
+      const r50 = quantile(on, 0.5) / quantile(off, 0.5);
+      const rMean = mean(on) / mean(off);
+      ratios.push(rMean);
+      const f = (xs: number[]) => `${quantile(xs, 0.5).toFixed(2)} / ${quantile(xs, 0.95).toFixed(2)} / ${mean(xs).toFixed(2)}`;
+      console.log(`${kind.padEnd(18)} | ${f(off).padEnd(25)} | ${f(on).padEnd(24)} | ${r50.toFixed(3).padEnd(9)} | ${rMean.toFixed(3)}`);
+    }
+    console.log(`overall (mean of per-kind mean ratios): ${mean(ratios).toFixed(3)}  (target ≤ 1.05)`);
+  } finally {
+    await servers.off.close();
+    await servers.on.close();
+    await model.close();
+    receiver.close();
+  }
+}
+
+await main();
