@@ -34,6 +34,7 @@ export async function inSpan<T>(
 export function tracedRunner(runner: TurnRunner, tracer: Tracer): TurnRunner {
   return {
     needsTurn: (sessionId) => runner.needsTurn(sessionId),
+    giveUp: (sessionId, input) => runner.giveUp(sessionId, input),
     runTurn: (sessionId, signal) =>
       inSpan(tracer, "openma.turn", { "openma.session_id": sessionId }, async (span) => {
         const outcome = await runner.runTurn(sessionId, signal);

@@ -3,6 +3,6 @@ export * from "./auth.ts";
 export * from "./context.ts";
 export * from "./errors.ts";
 export * from "./event-log.ts";
+export * from "./previews.ts";
 export * from "./session-activity.ts";
 export * from "./transfers.ts";
-export * from "./previews.ts";
