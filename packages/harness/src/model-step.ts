@@ -18,7 +18,7 @@ import { modelIdOf, type SessionContext, serverToolContext } from "./context.ts"
 import { buildConversation } from "./conversation.ts";
 import { failedAttemptsSince, type LogState } from "./log.ts";
 import type { ModelAttempt, ModelFailure, ModelRequest, ModelResponse } from "./model.ts";
-import { SANDBOX_FREE_REFUSAL, type TurnOutcome } from "./plan.ts";
+import { outcomePending, SANDBOX_FREE_REFUSAL, type TurnOutcome } from "./plan.ts";
 import { isDescribedError, type ServerToolExecutor } from "./server-tools.ts";
 import { buildCatalogue, isSandboxTool, type ToolCatalogue } from "./tools.ts";
 import type { TurnRunnerDeps } from "./turn.ts";
@@ -75,6 +75,7 @@ function planResponse(
   catalogue: ToolCatalogue,
   sandboxFree: boolean,
   usageFields: Record<string, unknown>,
+  evaluating: boolean,
 ): ResponsePlan {
   const drafts: EventDraft[] = [];
   const refusals: ResponsePlan["refusals"] = [];
@@ -100,7 +101,8 @@ function planResponse(
   };
   drafts.push(spanEnd(key, attempt, startId, false, modelUsage));
   drafts.push(draft("session.usage", usageFields, `${key}:usage`));
-  if (toolUses > 0) return { drafts, refusals, outcome: null };
+  // With an outcome pending, the turn goes on to its evaluation instead of idling.
+  if (toolUses > 0 || evaluating) return { drafts, refusals, outcome: null };
   const refused = response.stopReason === "refusal";
   drafts.push(
     draft(
@@ -208,7 +210,9 @@ async function runAttempt(rq: Requested, attempt: number): Promise<AttemptOutcom
 async function recordResponse(rq: Requested, attempt: number, startId: string, response: ModelResponse): Promise<TurnOutcome | null> {
   const { deps, ctx, key } = rq;
   const usageFields = await usageEventFields(deps, ctx, addModelUsage(rq.state.usage, response.usage));
-  const plan = planResponse(key, attempt, startId, response, rq.catalogue, ctx.envType === "none", usageFields);
+  const refused = response.stopReason === "refusal";
+  const evaluating = !refused && outcomePending(rq.state);
+  const plan = planResponse(key, attempt, startId, response, rq.catalogue, ctx.envType === "none", usageFields, evaluating);
   const landed = await withSession(
     deps,
     ctx.sessionId,
