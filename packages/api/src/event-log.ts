@@ -6,7 +6,8 @@
  * bus topic `sessionTopic(id)` after commit and re-read the table themselves.
  *
  * The session body is kept a projection of the log here, in one place: status
- * events move `status`, `user.define_outcome` opens an outcome evaluation and
+ * events move `status`, `user.define_outcome` opens an outcome evaluation (its
+ * `span.outcome_evaluation_*` events move it along) and
  * `session.usage` replaces the cumulative usage; entering and leaving
  * `running` opens and closes an activity interval (session-activity.ts).
  */
@@ -169,7 +170,33 @@ const STATUS_OF: Record<string, string> = {
   "session.status_terminated": "terminated",
 };
 
-const PROJECTED_TYPES = new Set([...Object.keys(STATUS_OF), "user.define_outcome", "session.usage"]);
+const PROJECTED_TYPES = new Set([
+  ...Object.keys(STATUS_OF),
+  "user.define_outcome",
+  "span.outcome_evaluation_start",
+  "span.outcome_evaluation_end",
+  "session.usage",
+]);
+
+const TERMINAL_RESULTS = new Set(["satisfied", "max_iterations_reached", "failed", "interrupted"]);
+
+type Evaluation = Record<string, unknown> & { outcome_id?: unknown };
+
+/** `outcome_evaluations[]` after an evaluation span event: `evaluating` while graded, then the verdict. */
+function projectEvaluation(evaluations: Evaluation[], event: SessionEvent, at: string): Evaluation[] {
+  return evaluations.map((e) => {
+    if (e.outcome_id !== event.outcome_id) return e;
+    if (event.type === "span.outcome_evaluation_start") return { ...e, iteration: event.iteration, result: "evaluating" };
+    const terminal = TERMINAL_RESULTS.has(String(event.result));
+    return {
+      ...e,
+      iteration: event.iteration,
+      result: event.result,
+      explanation: event.explanation ?? null,
+      completed_at: terminal ? at : null,
+    };
+  });
+}
 
 /** The session columns that change because of `events`, or null when none do. */
 function projectEvents(
@@ -196,6 +223,9 @@ function projectEvents(
           completed_at: null,
         },
       ];
+    }
+    if (event.type === "span.outcome_evaluation_start" || event.type === "span.outcome_evaluation_end") {
+      body.outcome_evaluations = projectEvaluation((body.outcome_evaluations ?? []) as Evaluation[], event, at);
     }
     if (event.type === "session.usage" && event.usage && typeof event.usage === "object") body.usage = event.usage;
   }

@@ -9,12 +9,15 @@
  *   user turn, whatever kind of result event answered them and wherever it
  *   sits in the log; a call the user interrupted gets a synthetic error
  *   result so the conversation stays valid.
+ * - `user.define_outcome` is a user turn with the task and its rubric; a
+ *   grader verdict that sends the agent back to work is one too.
  * - `agent.thinking` carries no content in the API and is not replayed.
  * - `file` image/document sources are inlined as base64 from the files store.
  */
 import type { ContentBlockParam, MessageParam, ToolResultBlockParam } from "@anthropic-ai/sdk/resources/messages";
 import type { Storage } from "@openma/storage";
-import type { LogState, ResultRecord } from "./log.ts";
+import type { LogState, OutcomeRecord, ResultRecord } from "./log.ts";
+import { outcomeTask, rubricText, verdictTurn } from "./outcome.ts";
 import { serverKey } from "./tools.ts";
 
 type Block = Record<string, unknown> & { type: string };
@@ -121,6 +124,15 @@ export async function buildConversation(
       }
       case "agent.message":
         await add("assistant", await blocksFor(storage, b.content));
+        break;
+      case "user.define_outcome": {
+        const rubric = await rubricText(storage, b.rubric as OutcomeRecord["rubric"]);
+        await add("user", [{ type: "text", text: outcomeTask(String(b.description ?? ""), rubric) }]);
+        break;
+      }
+      case "span.outcome_evaluation_end":
+        if (b.result === "needs_revision" || b.result === "max_iterations_reached")
+          await add("user", [{ type: "text", text: verdictTurn(String(b.result), String(b.explanation ?? "")) }]);
         break;
       case "agent.tool_use":
       case "agent.custom_tool_use":

@@ -56,6 +56,22 @@ export interface StatusRecord {
 /** The session's cumulative usage (tokens, cache breakdown, server-tool requests), as priced by @openma/pricing. */
 export type CumulativeUsage = BillableUsage;
 
+/** The latest `user.define_outcome` and how far its evaluation got. */
+export interface OutcomeRecord {
+  seq: number;
+  outcomeId: string;
+  description: string;
+  rubric: { type: "text"; content: string } | { type: "file"; file_id: string };
+  maxIterations: number;
+  /** Evaluations that ended (`span.outcome_evaluation_end`), oldest first. */
+  ended: Array<{ seq: number; iteration: number; result: string }>;
+  /** An evaluation that started and has not ended (a crash or an in-flight grader call). */
+  open: { id: string; seq: number; iteration: number } | null;
+}
+
+/** Results after which no further evaluation runs. */
+export const TERMINAL_OUTCOME_RESULTS: ReadonlySet<string> = new Set(["satisfied", "max_iterations_reached", "failed", "interrupted"]);
+
 export interface LogState {
   events: readonly LoggedEvent[];
   lastSeq: number;
@@ -73,6 +89,7 @@ export interface LogState {
   results: Map<string, ResultRecord>;
   confirmations: Map<string, { result: string; denyMessage: string | null; seq: number }>;
   usage: CumulativeUsage;
+  outcome: OutcomeRecord | null;
 }
 
 const TOOL_USE_KINDS: Record<string, ToolUseKind> = {
@@ -139,6 +156,7 @@ export function scanLog(events: readonly LoggedEvent[]): LogState {
     results: new Map(),
     confirmations: new Map(),
     usage: usageOf(undefined),
+    outcome: null,
   };
   const useSeq = new Map<string, number>();
   for (const e of events) {
@@ -183,6 +201,37 @@ export function scanLog(events: readonly LoggedEvent[]): LogState {
       case "user.interrupt":
         state.lastInterruptSeq = e.seq;
         break;
+      case "user.define_outcome":
+        state.outcome = {
+          seq: e.seq,
+          outcomeId: String(b.outcome_id),
+          description: String(b.description ?? ""),
+          rubric: b.rubric as OutcomeRecord["rubric"],
+          maxIterations: typeof b.max_iterations === "number" ? b.max_iterations : 3,
+          ended: [],
+          open: null,
+        };
+        state.lastInputSeq = e.seq;
+        state.lastContentSeq = e.seq;
+        break;
+      case "span.outcome_evaluation_start": {
+        const o = state.outcome;
+        if (o && o.outcomeId === b.outcome_id) o.open = { id: e.id, seq: e.seq, iteration: Number(b.iteration) };
+        break;
+      }
+      case "span.outcome_evaluation_end": {
+        const o = state.outcome;
+        if (o && o.outcomeId === b.outcome_id) {
+          o.open = null;
+          o.ended.push({ seq: e.seq, iteration: Number(b.iteration), result: String(b.result) });
+          // The grader's verdict is the agent's next input when it asks for more work.
+          if (b.result === "needs_revision" || b.result === "max_iterations_reached") {
+            state.lastInputSeq = e.seq;
+            state.lastContentSeq = e.seq;
+          }
+        }
+        break;
+      }
       case "user.tool_confirmation":
         if (!state.confirmations.has(String(b.tool_use_id))) {
           state.confirmations.set(String(b.tool_use_id), {

@@ -18,7 +18,7 @@ import { modelIdOf, type SessionContext, serverToolContext } from "./context.ts"
 import { buildConversation } from "./conversation.ts";
 import { failedAttemptsSince, type LogState } from "./log.ts";
 import type { ModelAttempt, ModelFailure, ModelRequest, ModelResponse } from "./model.ts";
-import { SANDBOX_FREE_REFUSAL, type TurnOutcome } from "./plan.ts";
+import { outcomePending, SANDBOX_FREE_REFUSAL, type TurnOutcome } from "./plan.ts";
 import { PreviewPublisher } from "./previews.ts";
 import { isDescribedError, type ServerToolExecutor } from "./server-tools.ts";
 import { buildCatalogue, isSandboxTool, type ToolCatalogue } from "./tools.ts";
@@ -77,6 +77,7 @@ function planResponse(
   sandboxFree: boolean,
   usageFields: Record<string, unknown>,
   previewed: (index: number) => string | undefined,
+  evaluating: boolean,
 ): ResponsePlan {
   const drafts: EventDraft[] = [];
   const refusals: ResponsePlan["refusals"] = [];
@@ -105,7 +106,8 @@ function planResponse(
   };
   drafts.push(spanEnd(key, attempt, startId, false, modelUsage));
   drafts.push(draft("session.usage", usageFields, `${key}:usage`));
-  if (toolUses > 0) return { drafts, refusals, outcome: null };
+  // With an outcome pending, the turn goes on to its evaluation instead of idling.
+  if (toolUses > 0 || evaluating) return { drafts, refusals, outcome: null };
   const refused = response.stopReason === "refusal";
   drafts.push(
     draft(
@@ -222,7 +224,9 @@ async function recordResponse(
 ): Promise<TurnOutcome | null> {
   const { deps, ctx, key } = rq;
   const usageFields = await usageEventFields(deps, ctx, addModelUsage(rq.state.usage, response.usage));
-  const plan = planResponse(key, attempt, startId, response, rq.catalogue, ctx.envType === "none", usageFields, previewed);
+  const refused = response.stopReason === "refusal";
+  const evaluating = !refused && outcomePending(rq.state);
+  const plan = planResponse(key, attempt, startId, response, rq.catalogue, ctx.envType === "none", usageFields, previewed, evaluating);
   const landed = await withSession(
     deps,
     ctx.sessionId,

@@ -12,11 +12,12 @@
  *     idle with `requires_action` listing them (re-emitted when the set shrinks);
  *  4. input the model has not seen (a user message, a tool result) calls the
  *     model, unless the session's budget is spent (then idle, `budget_reached`);
- *  5. otherwise the turn is over: make sure the last status says idle.
+ *  5. an outcome the agent has worked on since its last verdict is evaluated;
+ *  6. otherwise the turn is over: make sure the last status says idle.
  */
 import { createHash } from "node:crypto";
-import type { LogState, ToolUseRecord } from "./log.ts";
-import { outstandingToolUses } from "./log.ts";
+import type { LogState, OutcomeRecord, ToolUseRecord } from "./log.ts";
+import { outstandingToolUses, TERMINAL_OUTCOME_RESULTS } from "./log.ts";
 import type { ServerToolExecutor } from "./server-tools.ts";
 import { isMcpExecutor, isSandboxTool, type SessionAgentView } from "./tools.ts";
 
@@ -52,7 +53,38 @@ export type Step =
   | { kind: "settled"; outcome: TurnOutcome }
   | { kind: "idle"; stopReason: StopReason; outcome: TurnOutcome; dedupeKey: string }
   | { kind: "act"; toolUse: ToolUseRecord; action: Action }
-  | { kind: "call_model" };
+  | { kind: "call_model" }
+  | { kind: "evaluate"; evaluation: Evaluation };
+
+/** The outcome evaluation the log calls for (`span.outcome_evaluation_*`). */
+export interface Evaluation {
+  outcome: OutcomeRecord;
+  iteration: number;
+  /** The evaluation's start event when it already started (a re-run after a crash). */
+  startId: string | null;
+  /** The user interrupted while it ran: it ends `interrupted` without a grader call. */
+  interrupted: boolean;
+}
+
+/** True while an outcome is defined and has no terminal verdict. */
+export function outcomePending(state: LogState): boolean {
+  const o = state.outcome;
+  return !!o && !o.ended.some((e) => TERMINAL_OUTCOME_RESULTS.has(e.result));
+}
+
+/**
+ * An evaluation is due when an outcome is pending and the agent has answered
+ * since it was defined (or since the last verdict), or one started and did
+ * not end. An interrupt before it started settles the turn instead.
+ */
+export function evaluationDue(state: LogState): Evaluation | null {
+  const o = state.outcome;
+  if (!o || !outcomePending(state)) return null;
+  if (o.open) return { outcome: o, iteration: o.open.iteration, startId: o.open.id, interrupted: state.lastInterruptSeq > o.open.seq };
+  const since = Math.max(o.seq, o.ended.at(-1)?.seq ?? 0);
+  if (state.lastResponseEndSeq <= since || state.lastInterruptSeq > state.lastResponseEndSeq) return null;
+  return { outcome: o, iteration: o.ended.length, startId: null, interrupted: false };
+}
 
 export interface PlanContext {
   /** `self_hosted`, `cloud`, `none` (sandbox-free) or undefined when the environment is gone. */
@@ -139,6 +171,8 @@ export function planStep(state: LogState, ctx: PlanContext): Step {
       dedupeKey: `idle:budget_reached:${state.lastSeq}`,
     };
   }
+  const evaluation = evaluationDue(state);
+  if (evaluation) return { kind: "evaluate", evaluation };
   const interrupted = state.lastInterruptSeq > state.lastIdleSeq;
   if (last?.status === "idle" && last.stopReason?.type !== "requires_action")
     return { kind: "settled", outcome: settledIdle(last.stopReason?.type) };

@@ -28,6 +28,7 @@ import { loadContext, modelIdOf, type SessionContext, serverToolContext } from "
 import { type LoggedEvent, type LogState, readNewEvents, scanLog } from "./log.ts";
 import type { ModelPort } from "./model.ts";
 import { modelStep } from "./model-step.ts";
+import { evaluateStep } from "./outcome-step.ts";
 import { planStep, type Step, type TurnOutcome } from "./plan.ts";
 import { credentialHostErrors } from "./server-tools/vault-credentials.ts";
 import type { ServerToolContext, ServerToolExecutor, SessionToolSet } from "./server-tools.ts";
@@ -169,6 +170,10 @@ async function runSteps(
         if (!(await running(deps, sessionId, state))) return TERMINATED(sessionId);
         outcome = await actStep(deps, ctx, state, next.toolUse, next.action, signal);
         break;
+      case "evaluate":
+        if (!(await running(deps, sessionId, state))) return TERMINATED(sessionId);
+        outcome = await evaluateStep(deps, ctx, state, next.evaluation, signal);
+        break;
       case "call_model":
         if (!(await running(deps, sessionId, state))) return TERMINATED(sessionId);
         if (!hostsChecked) await reportCredentialHosts(deps, ctx, state);
@@ -189,5 +194,5 @@ export async function needsTurn(storage: Storage, sessionId: string): Promise<bo
   await readNewEvents(storage, sessionId, events);
   // Executors only decide *how* a tool use is settled, not *whether* there is work, so none are needed here.
   const next = plan(scanLog(events), ctx, []);
-  return next.kind === "act" || next.kind === "call_model" || next.kind === "idle";
+  return next.kind === "act" || next.kind === "call_model" || next.kind === "idle" || next.kind === "evaluate";
 }
