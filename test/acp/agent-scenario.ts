@@ -44,6 +44,8 @@ export interface AgentScenario {
   /** Extra side rules for the agent's auxiliary requests. */
   sideRules?: unknown[];
   expectedContinue: "resume" | "load";
+  /** The agent returns PromptResponse.usage (Claude Code does; Codex and Gemini CLI do not). */
+  reportsUsage?: boolean;
 }
 
 const SCRIPT = [
@@ -142,6 +144,12 @@ export async function runAgentScenario(s: AgentScenario): Promise<void> {
     input("evt_2", "second task");
     await p1.runner.runTurn("evt_2", "second task");
     expect(lastMessage()).toContain("answer two");
+    const spans = log.filter((e) => e.type === "span.model_request_end");
+    expect(spans.map((e) => e.is_error)).toEqual([false, false]);
+    if (s.reportsUsage) {
+      // PromptResponse.usage (the SDK's unstable field) reached model_usage.
+      for (const e of spans) expect((e.model_usage as { input_tokens: number }).input_tokens).toBeGreaterThan(0);
+    }
 
     // Turn 3: the model hangs; the sandbox is killed under the turn.
     input("evt_3", "third task");

@@ -18,6 +18,7 @@ describe("Claude Code over ACP in a bubblewrap sandbox", () => {
         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1",
       },
       expectedContinue: "resume",
+      reportsUsage: true,
     });
   }, 600_000);
 });
