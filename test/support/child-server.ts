@@ -25,6 +25,8 @@ export interface ChildServer {
   /** The admin key it was started with (a restart on the same data must present the same one). */
   apiKey: string;
   dataDir: string;
+  /** The child's process id (the execution worker's owner ids carry it as `pid<N>`). */
+  pid: number;
   /** The last lines the child wrote (stdout and stderr: its structured logs), for a failure's diagnosis. */
   output(): string;
   /** SIGTERM (`openma serve` closes its sandboxes before exiting), then removes the data dir unless the caller owns it. */
@@ -82,6 +84,7 @@ export async function startServeProcess(options: ServeProcessOptions): Promise<C
       client: new Anthropic({ baseURL, apiKey, maxRetries: 0 }),
       apiKey,
       dataDir,
+      pid: child.pid ?? 0,
       output: () => tail,
       close: async () => {
         await stop(child);
