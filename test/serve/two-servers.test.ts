@@ -8,7 +8,6 @@
  * containers (by id, at the engine), and serve the next turn of their
  * sessions.
  */
-import { setTimeout as delay } from "node:timers/promises";
 import { connectDocker } from "@openma/driver-node-docker";
 import { type ScriptedModel, startScriptedModel } from "@openma/scripted-model";
 import { deploymentId } from "@openma/storage/sandbox-owners";
@@ -17,6 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { hostProbes } from "../../apps/openma/src/sandbox.ts";
 import { type ChildServer, startServeProcess } from "../support/child-server.ts";
 import { TEST_API_KEY } from "../support/server.ts";
+import { until } from "../support/until.ts";
 
 const MODEL_KEY = "sk-scripted-two-servers";
 const ENV = {
@@ -29,14 +29,6 @@ const ENV = {
   OPENMA_SANDBOX_LEASE_TTL_MS: "1500",
   OPENMA_SANDBOX_REAP_INTERVAL_MS: "250",
 };
-
-async function until(check: () => Promise<boolean>, what: string, limitMs = 60_000): Promise<void> {
-  const deadline = Date.now() + limitMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await delay(25);
-  }
-}
 
 describe("two servers on one Postgres and one Docker Engine", () => {
   let store: TestStorage;

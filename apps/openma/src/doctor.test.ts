@@ -101,7 +101,16 @@ describe("openma doctor", () => {
     expect(json.code).toBe(0);
     const report = JSON.parse(json.stdout) as { ok: boolean; checks: Array<{ id: string }> };
     expect(report.ok).toBe(true);
-    expect(report.checks.map((c) => c.id)).toEqual(["node", "sqlite", "postgres", "bubblewrap", "docker", "images", "cgroups", "sandboxes"]);
+    expect(report.checks.map((c) => c.id)).toEqual([
+      "node",
+      "sqlite",
+      "postgres",
+      "bubblewrap",
+      "docker",
+      "images",
+      "cgroups",
+      "sandboxes",
+    ]);
     const human = await cli(["doctor"], { DATABASE_URL: "" });
     expect(human.stdout).toContain("embedded default: can run");
     const bad = await cli(["doctor", "--yaml"]);
