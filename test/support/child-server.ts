@@ -25,7 +25,7 @@ export interface ChildServer {
   /** The admin key it was started with (a restart on the same data must present the same one). */
   apiKey: string;
   dataDir: string;
-  /** The child's process id (to signal it or read its /proc entries). */
+  /** The child's process id (the execution worker's owner ids carry it as `pid<N>`). */
   pid: number;
   /** The last lines the child wrote (stdout and stderr: its structured logs), for a failure's diagnosis. */
   output(): string;

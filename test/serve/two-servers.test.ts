@@ -1,0 +1,123 @@
+/**
+ * Two `openma serve` processes on one Postgres sharing one Docker Engine
+ * (issue 21): killing one (`kill -9`) never makes the other lose a sandbox
+ * it uses. Sessions take a tool turn until both servers hold sandboxes
+ * (the execution queue's owner ids name the process that ran a turn); then
+ * one server is killed. Its containers are reaped by the survivor once its
+ * owner leases expire; the survivor's containers stay, are the same
+ * containers (by id, at the engine), and serve the next turn of their
+ * sessions.
+ */
+import { connectDocker } from "@openma/driver-node-docker";
+import { type ScriptedModel, startScriptedModel } from "@openma/scripted-model";
+import { deploymentId } from "@openma/storage/sandbox-owners";
+import { openTestStorage, type TestStorage } from "@openma/storage/testing";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { hostProbes } from "../../apps/openma/src/sandbox.ts";
+import { type ChildServer, startServeProcess } from "../support/child-server.ts";
+import { TEST_API_KEY } from "../support/server.ts";
+import { until } from "../support/until.ts";
+
+const MODEL_KEY = "sk-scripted-two-servers";
+const ENV = {
+  LOG_LEVEL: "silent",
+  OPENMA_BRAIN: "on",
+  OPENMA_SANDBOX: "docker",
+  OPENMA_MODEL_API_KEY: MODEL_KEY,
+  OPENMA_AUTO_PROVISION: "off",
+  OPENMA_EXECUTION_POLL_MS: "200",
+  OPENMA_SANDBOX_LEASE_TTL_MS: "1500",
+  OPENMA_SANDBOX_REAP_INTERVAL_MS: "250",
+};
+
+describe("two servers on one Postgres and one Docker Engine", () => {
+  let store: TestStorage;
+  let model: ScriptedModel;
+  const servers: ChildServer[] = [];
+  beforeAll(async () => {
+    const docker = await hostProbes.docker();
+    if (!docker.ok) throw new Error(`Docker is required for this test: ${docker.reason}`);
+    store = await openTestStorage("postgres");
+    model = await startScriptedModel({
+      apiKey: MODEL_KEY,
+      script: [
+        { match: { tool_result_for: "bash" }, response: "the tool ran", times: 1000 },
+        { response: { content: [{ type: "tool_use", name: "bash", input: { command: "echo tool-ran" } }] }, times: 1000 },
+      ],
+    });
+  });
+  afterAll(async () => {
+    for (const s of servers) await s.close();
+    await model?.close();
+    await store?.cleanup();
+  });
+
+  it("killing one never takes a sandbox from the other", async () => {
+    const deployment = await deploymentId(store.storage.db);
+    const start = async () => {
+      const s = await startServeProcess({ apiKey: TEST_API_KEY, postgres: store, env: { ...ENV, OPENMA_MODEL_BASE_URL: model.url } });
+      servers.push(s);
+      return s;
+    };
+    const [a, b] = [await start(), await start()];
+    const client = b.client;
+    const env = await client.beta.environments.create({ name: "cloud" });
+    const agent = await client.beta.agents.create({
+      name: "two",
+      model: "claude-test-1",
+      tools: [{ type: "agent_toolset_20260401", default_config: { permission_policy: { type: "always_allow" } } }],
+    });
+
+    const events = (id: string) => store.storage.db.selectFrom("session_events").select("type").where("session_id", "=", id).execute();
+    const answered = async (id: string, n: number) => {
+      const log = await events(id);
+      return log.filter((e) => e.type === "agent.message").length === n && log.at(-1)?.type === "session.status_idle";
+    };
+    /** Which process ran each session's last turn (and so holds its sandbox). */
+    const runner = async (id: string) =>
+      (await store.storage.db.selectFrom("session_executions").select("owner_id").where("session_id", "=", id).executeTakeFirstOrThrow())
+        .owner_id ?? "";
+    const containers = async () => {
+      const list = await connectDocker().listContainers({ filters: { label: [`openma.deployment=${deployment}`], status: ["running"] } });
+      return new Map(list.map((c) => [c.Labels["openma.session"] ?? "", c.Id]));
+    };
+
+    const byServer = new Map<number, string[]>([
+      [a.pid, []],
+      [b.pid, []],
+    ]);
+    for (let i = 0; i < 12 && [...byServer.values()].some((ids) => ids.length === 0); i++) {
+      const session = await client.beta.sessions.create({ agent: agent.id, environment_id: env.id });
+      await client.beta.sessions.events.send(session.id, {
+        events: [{ type: "user.message", content: [{ type: "text", text: "run it" }] }],
+      });
+      await until(() => answered(session.id, 1), "the first turn");
+      const owner = await runner(session.id);
+      for (const [pid, ids] of byServer) if (owner.startsWith(`pid${pid}:`)) ids.push(session.id);
+    }
+    const mine = byServer.get(b.pid) ?? [];
+    const theirs = byServer.get(a.pid) ?? [];
+    expect(mine.length).toBeGreaterThan(0);
+    expect(theirs.length).toBeGreaterThan(0);
+    const before = await containers();
+    const owners = await store.storage.db.selectFrom("sandbox_owners").select("session_id").execute();
+    // Every session's container is running, and has exactly one owner record.
+    expect(owners.map((o) => o.session_id).sort()).toEqual([...mine, ...theirs].sort());
+    for (const id of [...mine, ...theirs]) expect(before.has(id)).toBe(true);
+
+    await a.kill9();
+    // The survivor's reaper ends the dead server's containers once their owner leases run out.
+    await until(async () => (await containers()).size === mine.length, "the dead server's containers to be reaped", 30_000);
+    const after = await containers();
+    expect([...after.keys()].sort()).toEqual([...mine].sort());
+    for (const id of mine) expect(after.get(id)).toBe(before.get(id));
+
+    // The survivor answers the next turn of its sessions in the very same containers.
+    for (const id of mine) {
+      await client.beta.sessions.events.send(id, { events: [{ type: "user.message", content: [{ type: "text", text: "again" }] }] });
+      await until(() => answered(id, 2), "the second turn");
+    }
+    const still = await containers();
+    for (const id of mine) expect(still.get(id)).toBe(before.get(id));
+  });
+});
