@@ -88,12 +88,14 @@ export async function startServeProcess(options: ServeProcessOptions): Promise<C
   child.stderr?.on("data", keep);
   try {
     const baseURL = await listeningUrl(child);
+    // A listening child has a pid; a missing one must never turn into kill(-1) or kill(0) in a test.
+    if (child.pid === undefined) throw new Error("the server child has no pid");
     return {
       baseURL,
       client: new Anthropic({ baseURL, apiKey, maxRetries: 0 }),
       apiKey,
       dataDir,
-      pid: child.pid ?? -1,
+      pid: child.pid,
       output: () => tail,
       close: async () => {
         await stop(child);
