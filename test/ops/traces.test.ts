@@ -73,8 +73,9 @@ describe("OpenTelemetry traces of a turn (bubblewrap, scripted model)", () => {
     // bash, write, read, then the answer: four model requests.
     expect(named("openma.model.request")).toHaveLength(4);
     expect(named("openma.sandbox.acquire")).toHaveLength(1);
-    expect(named("openma.sandbox.exec").length).toBeGreaterThanOrEqual(1);
-    for (const child of [...named("openma.model.request"), ...named("openma.sandbox.acquire"), ...named("openma.sandbox.exec")]) {
+    // bash runs in the session's persistent shell: one spawned process for the session's sandbox.
+    expect(named("openma.sandbox.spawn")).toHaveLength(1);
+    for (const child of [...named("openma.model.request"), ...named("openma.sandbox.acquire"), ...named("openma.sandbox.spawn")]) {
       expect(child.parentSpanId).toBe(turn.spanId);
     }
     expect(attr(named("openma.sandbox.acquire")[0] as OtlpSpan, "driver")).toBe("bubblewrap");

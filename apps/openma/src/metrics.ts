@@ -107,7 +107,7 @@ async function timed<T extends { type: string }>(
   }
 }
 
-/** Times a backend's acquire and terminate and its tool sandboxes' exec, labelled by driver; spans `openma.sandbox.<operation>`. */
+/** Times a backend's acquire and terminate and its tool sandboxes' exec and spawn, labelled by driver; spans `openma.sandbox.<operation>`. */
 export function meteredBackend(backend: SandboxBackend, metrics: OpenmaMetrics, tracer?: Tracer): SandboxBackend {
   const h = metrics.sandboxOperationDuration;
   const driver = backend.name;
@@ -121,7 +121,13 @@ export function meteredBackend(backend: SandboxBackend, metrics: OpenmaMetrics, 
     sandbox,
     toolSandbox(lease) {
       const port = backend.toolSandbox(lease);
-      return withMethods(port, { exec: (input) => timed(h, { driver, operation: "exec" }, () => port.exec(input), span("exec")) });
+      const overrides: Partial<typeof port> = {
+        exec: (input) => timed(h, { driver, operation: "exec" }, () => port.exec(input), span("exec")),
+      };
+      // The persistent bash shell is one long-lived process per sandbox (spawnProcess), not an exec per call.
+      const spawn = port.spawnProcess?.bind(port);
+      if (spawn) overrides.spawnProcess = (input) => timed(h, { driver, operation: "spawn" }, () => spawn(input), span("spawn"));
+      return withMethods(port, overrides);
     },
   };
 }
