@@ -119,5 +119,5 @@ describe("two servers on one Postgres and one Docker Engine", () => {
     }
     const still = await containers();
     for (const id of mine) expect(still.get(id)).toBe(before.get(id));
-  });
+  }, 180_000); // two child servers, eight sessions' containers and a lease expiry: a deadline, not a timing assertion
 });
