@@ -20,7 +20,8 @@ import { until } from "../support/until.ts";
 
 const MODEL_KEY = "sk-scripted-two-servers";
 const ENV = {
-  LOG_LEVEL: "silent",
+  // Warnings and errors only: a failure below prints the survivor's latest lines.
+  LOG_LEVEL: "warn",
   OPENMA_BRAIN: "on",
   OPENMA_SANDBOX: "docker",
   OPENMA_MODEL_API_KEY: MODEL_KEY,
@@ -68,11 +69,20 @@ describe("two servers on one Postgres and one Docker Engine", () => {
       tools: [{ type: "agent_toolset_20260401", default_config: { permission_policy: { type: "always_allow" } } }],
     });
 
-    const events = (id: string) => store.storage.db.selectFrom("session_events").select("type").where("session_id", "=", id).execute();
+    // In log order: without an ORDER BY, Postgres returns rows in heap order, and an updated row (a user event
+    // marked processed) moves to the end of the heap.
+    const events = (id: string) =>
+      store.storage.db.selectFrom("session_events").select(["type", "body"]).where("session_id", "=", id).orderBy("seq").execute();
     const answered = async (id: string, n: number) => {
       const log = await events(id);
       return log.filter((e) => e.type === "agent.message").length === n && log.at(-1)?.type === "session.status_idle";
     };
+    /** Waits for a session's n-th answer; a timeout names the session's log and both servers' latest lines. */
+    const turn = (id: string, n: number, what: string) =>
+      until(() => answered(id, n), what).catch(async (err: unknown) => {
+        const log = (await events(id)).map((e) => (e.type.endsWith("error") ? `${e.type} ${e.body}` : e.type)).join(", ");
+        throw new Error(`${String(err)}\nsession ${id}: ${log}\n${servers.map((s) => `server ${s.pid}:\n${s.output()}`).join("\n")}`);
+      });
     /** Which process ran each session's last turn (and so holds its sandbox). */
     const runner = async (id: string) =>
       (await store.storage.db.selectFrom("session_executions").select("owner_id").where("session_id", "=", id).executeTakeFirstOrThrow())
@@ -91,7 +101,7 @@ describe("two servers on one Postgres and one Docker Engine", () => {
       await client.beta.sessions.events.send(session.id, {
         events: [{ type: "user.message", content: [{ type: "text", text: "run it" }] }],
       });
-      await until(() => answered(session.id, 1), "the first turn");
+      await turn(session.id, 1, "the first turn");
       const owner = await runner(session.id);
       for (const [pid, ids] of byServer) if (owner.startsWith(`pid${pid}:`)) ids.push(session.id);
     }
@@ -115,7 +125,7 @@ describe("two servers on one Postgres and one Docker Engine", () => {
     // The survivor answers the next turn of its sessions in the very same containers.
     for (const id of mine) {
       await client.beta.sessions.events.send(id, { events: [{ type: "user.message", content: [{ type: "text", text: "again" }] }] });
-      await until(() => answered(id, 2), "the second turn");
+      await turn(id, 2, "the second turn");
     }
     const still = await containers();
     for (const id of mine) expect(still.get(id)).toBe(before.get(id));
