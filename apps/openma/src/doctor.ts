@@ -13,6 +13,7 @@
 import { execFile } from "node:child_process";
 import { access, readFile } from "node:fs/promises";
 import { request } from "node:http";
+import { CgroupV1 } from "@openma/driver-bubblewrap";
 import { MIN_NODE_MAJOR } from "./node-version.ts";
 
 export type CheckStatus = "ok" | "missing" | "warn" | "skipped";
@@ -334,7 +335,10 @@ export async function checkImages(manifestPath: string, socketPath: string, dock
   return check("images", "missing", `${detail}: ${missing.join("; ")}`, { disables, hint: PROVISION, facts });
 }
 
-/** cgroup v2 controllers are what a daemonless driver can use for limits; v1 serves Docker but not bwrap. */
+/**
+ * Which cgroups bubblewrap can limit sandboxes with: v2 controllers (a delegated parent), or, as root, the v1
+ * memory, pids and cpu hierarchies (one cgroup per sandbox in each, as Docker does on such a host).
+ */
 export async function checkCgroups(): Promise<DoctorCheck> {
   const read = (path: string) => readFile(path, "utf8").catch(() => null);
   const unifiedRoot = await read("/sys/fs/cgroup/cgroup.controllers");
@@ -356,9 +360,18 @@ export async function checkCgroups(): Promise<DoctorCheck> {
     });
   }
   const mode = hybrid !== null ? "v1 (hybrid, no v2 controllers delegated)" : "v1";
-  return check("cgroups", "warn", `cgroup ${mode}; v1 controllers: ${v1.join(" ") || "none"}`, {
-    disables: ["bubblewrap CPU/memory/pids limits (they need cgroup v2); Docker still enforces its own limits on v1"],
-    facts: { version: hybrid !== null ? "hybrid" : "v1", controllers: v1 },
+  const facts = { version: hybrid !== null ? "hybrid" : "v1", controllers: v1 };
+  const detail = `cgroup ${mode}; v1 controllers: ${v1.join(" ") || "none"}`;
+  const lacking = ["cpu", "memory", "pids"].filter((c) => !v1.includes(c) || !CgroupV1.present("/sys/fs/cgroup"));
+  if (lacking.length === 0 && process.getuid?.() === 0)
+    return check("cgroups", "ok", `${detail}; bubblewrap limits each sandbox with them`, { facts });
+  return check("cgroups", "warn", detail, {
+    disables: [
+      lacking.length > 0
+        ? `bubblewrap ${lacking.join("/")} limits (no v1 hierarchy mounted for them, no v2 delegation); Docker still enforces its own limits`
+        : "bubblewrap cgroup limits (they need root); sandboxes get per-process rlimits",
+    ],
+    facts,
   });
 }
 

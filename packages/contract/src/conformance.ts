@@ -148,7 +148,7 @@ export const DRIVER_CONFORMANCE: readonly DriverConformance[] = [
     implemented: true,
     package: "packages/drivers/bubblewrap",
     summary:
-      "Daemonless bwrap sandboxes on the host: user/pid/ipc/uts/net namespaces, read-only base, seccomp, rlimits or cgroup v2, egress only through an allowlisting proxy.",
+      "Daemonless bwrap sandboxes on the host: user/pid/ipc/uts/net namespaces, read-only base, seccomp, cgroup v2 or v1 limits (rlimits where neither), a host uid per sandbox, egress only through an allowlisting proxy.",
     capabilities: {
       provider: "bubblewrap",
       lanes: BOTH_LANES,
@@ -167,6 +167,7 @@ export const DRIVER_CONFORMANCE: readonly DriverConformance[] = [
           "seccomp_syscall_denylist",
           "read_only_base",
           "unprivileged_host_uid",
+          "per_sandbox_host_uid",
         ],
         lacks: ["provider_suspend_resume", "process_memory_checkpoint", "credential_substitution", "durable_output_mount"],
       },
@@ -176,8 +177,8 @@ export const DRIVER_CONFORMANCE: readonly DriverConformance[] = [
     testOnly: false,
     notes: [
       "Egress is enforced by construction: the sandbox's network namespace has only loopback. With the default `network: none` nothing leaves; with `network: proxy` the only way out is an HTTP/CONNECT proxy with a host allowlist. The proxy does not substitute credentials.",
-      "Resource limits: cgroup v2 (memory.max, pids.max, cpu.max for the whole sandbox) when a delegated parent is configured, otherwise per-process rlimits (the driver reports which in `enforcement`).",
-      "Seccomp denylist on x86_64 and aarch64; elsewhere the driver declares it missing. Needs root on the host; sandbox processes run as an unprivileged host uid (65534 by default).",
+      "Resource limits for the whole sandbox: cgroup v2 (memory.max, pids.max, cpu.max) when a delegated parent is configured; else, on a host with the cgroup v1 memory, pids and cpu hierarchies, one cgroup per sandbox in each (memory.limit_in_bytes with memsw, pids.max, a CFS quota), nested under the server's own cgroup; else per-process rlimits. The driver reports which in `enforcement`.",
+      "Seccomp denylist on x86_64 and aarch64; elsewhere the driver declares it missing. Needs root on the host; every sandbox's processes run as an unprivileged host uid of their own (claimed from a range under the state root, returned at terminate), so per-uid budgets are never shared.",
       "Harness lanes as shipped: `ama_worker` (`openma runtime-host`: the official EnvironmentWorker inside the sandbox, its only way out a unix socket bridged to the control plane's API) and `openma_supervised` (`@openma/supervisor`); both run end to end on this driver in `npm run test:integration:runtime`.",
       HOST_FS_NOTE,
       "Node inside: the image-based lanes (`ama_worker`, `openma_supervised`) run on the base rootfs, which `build-images.sh` builds around the project's Node 24. `openma serve`'s per-session sandboxes use the host's `/usr` (its tools) with the server's own Node installation bound read-only at `/opt/openma/node` and first on `PATH`, so `node` there is the server's Node 24 and not the machine's older `/usr/bin/node`.",

@@ -7,9 +7,11 @@
  * namespaces; a read-only base (host `/usr` or a rootfs directory); private
  * writable `/tmp`, `/workspace` and `/mnt/session/outputs`; no capabilities;
  * a seccomp denylist on x86_64/aarch64; resource limits through a delegated
- * cgroup v2 parent or rlimits. When the driver runs as root, sandbox
- * processes run as an unprivileged host uid (65534 unless configured), so a
- * file the sandbox can reach through a bug is still not readable as root.
+ * cgroup v2 parent, the host's cgroup v1 hierarchies, or rlimits. When the
+ * driver runs as root, sandbox processes run as an unprivileged host uid of
+ * their own (one per sandbox from `hostUidRange`, unless one is configured),
+ * so a file the sandbox can reach through a bug is still not readable as
+ * root, and per-uid budgets are never shared between sandboxes.
  *
  * Network: none by default (a namespace with only loopback); with
  * `network: {mode: "proxy", allow}`, an HTTP/CONNECT proxy with a host
@@ -19,7 +21,7 @@
  * (pid + start time), so any process sharing that root can reap it from its
  * serialized lease.
  */
-import { closeSync, existsSync, mkdirSync, openSync, readdirSync, renameSync, statSync, writeFileSync } from "node:fs";
+import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, statSync, writeFileSync } from "node:fs";
 import { chmod, chown, mkdir, rm } from "node:fs/promises";
 import type { Server } from "node:net";
 import { tmpdir } from "node:os";
@@ -45,9 +47,29 @@ import type {
 import { type EgressOptions, EgressProxy, listenInNetns, proxyEnv } from "./egress.ts";
 import { type ExecContext, execInSandbox, type SandboxProcess, spawnInSandbox, type Tools } from "./exec.ts";
 import { chownTree, SandboxFs } from "./files.ts";
+import {
+  claimHostUid,
+  clearStaleHostUids,
+  DEFAULT_HOST_UID_RANGE,
+  type HostUidRange,
+  hostUidRangeIssues,
+  releaseHostUid,
+} from "./host-uids.ts";
 import { startInit } from "./init.ts";
 import { baseLayout, type ExtraBind, extraBindIssues, layoutArgs, type MountEntry, runtimeLayout, syntheticEtc } from "./layout.ts";
-import { CgroupParent, DEFAULT_LIMITS, type LimitEnforcement, limitEnforcement, limitIssues, type ResourceLimits } from "./limits.ts";
+import {
+  CgroupParent,
+  CgroupV1,
+  DEFAULT_LIMITS,
+  killCgroups,
+  type LimitEnforcement,
+  limitEnforcement,
+  limitIssues,
+  ownV1Paths,
+  type ResourceLimits,
+  removeCgroups,
+  type SandboxCgroups,
+} from "./limits.ts";
 import { isSameLiveProcess, killExact, readStat, waitGone } from "./proc.ts";
 import { bubblewrapProcesses } from "./process-port.ts";
 import { seccompProgram } from "./seccomp.ts";
@@ -66,15 +88,22 @@ export interface BubblewrapOptions {
   rootfs?: string | null;
   network?: NetworkOptions;
   limits?: Partial<ResourceLimits>;
-  /** A delegated cgroup v2 directory; without it limits are rlimits. */
+  /** A delegated cgroup v2 directory; without it, the v1 hierarchies (see `cgroupV1Root`) or rlimits. */
   cgroupParent?: string | null;
+  /**
+   * Where the cgroup v1 hierarchies are mounted (default /sys/fs/cgroup): used as root when the host has the v1
+   * memory, pids and cpu controllers and no `cgroupParent` is given; false keeps rlimits on such a host.
+   */
+  cgroupV1Root?: string | false;
   /** The seccomp denylist (default on where supported). */
   seccomp?: boolean;
   hostname?: string;
   /** Identity inside the sandbox (default 1000:1000). */
   sandboxUser?: { uid: number; gid: number };
-  /** When the driver runs as root: the host uid/gid sandbox processes run as (default 65534); null keeps root. */
+  /** When the driver runs as root: one host uid/gid for every sandbox's processes (default: one per sandbox); null keeps root. */
   hostUser?: { uid: number; gid: number } | null;
+  /** When the driver runs as root and `hostUser` is not given: the host uids sandboxes get one each from (uid = gid). */
+  hostUidRange?: HostUidRange;
   /** Variables every process gets (PATH, HOME, LANG and TERM have defaults). */
   env?: Readonly<Record<string, string>>;
   binds?: readonly ExtraBind[];
@@ -124,6 +153,20 @@ function hostPathOf(
   return { ok: true, path };
 }
 
+/** The cgroups runtimes get: a delegated v2 parent, else (as root) the host's v1 hierarchies when mounted, else none. */
+function cgroupsFor(options: BubblewrapOptions, root: boolean): SandboxCgroups | null {
+  if (options.cgroupParent) return new CgroupParent(options.cgroupParent);
+  const v1Root = options.cgroupV1Root ?? "/sys/fs/cgroup";
+  if (!root || v1Root === false || !CgroupV1.present(v1Root)) return null;
+  let own: Record<string, string> = {};
+  try {
+    own = ownV1Paths(readFileSync("/proc/self/cgroup", "utf8"));
+  } catch {
+    // No /proc/self/cgroup: the runtimes' cgroups go under each hierarchy's root.
+  }
+  return new CgroupV1(v1Root, own);
+}
+
 export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPort {
   readonly capabilities: SandboxCapabilities;
   readonly stateRoot: string;
@@ -131,11 +174,13 @@ export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPo
   readonly enforcement: LimitEnforcement;
   readonly tools: Tools;
   readonly #options: BubblewrapOptions;
-  readonly #hostUser: { uid: number; gid: number } | null;
+  /** A fixed host identity, one per sandbox ("per_sandbox"), or none (not root, or configured to stay root). */
+  readonly #hostUser: { uid: number; gid: number } | "per_sandbox" | null;
+  readonly #uidRange: HostUidRange;
   readonly #sandboxUser: { uid: number; gid: number };
   readonly #hostname: string;
   readonly #seccomp: Buffer | null;
-  readonly #cgroup: CgroupParent | null;
+  readonly #cgroup: SandboxCgroups | null;
   readonly #live = new Map<string, Live>();
   readonly #locks = new Map<string, Promise<unknown>>();
   #ready: Promise<{ ok: true; base: MountEntry[]; seccompFile: string | null } | { ok: false; reason: string }> | null = null;
@@ -144,15 +189,16 @@ export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPo
     this.#options = options;
     const root = process.getuid?.() === 0;
     this.stateRoot = options.stateRoot ?? (root ? "/run/openma/bwrap" : join(tmpdir(), `openma-bwrap-${process.getuid?.() ?? "user"}`));
-    this.#hostUser = root ? (options.hostUser === undefined ? { uid: 65534, gid: 65534 } : options.hostUser) : null;
+    this.#hostUser = root ? (options.hostUser === undefined ? "per_sandbox" : options.hostUser) : null;
+    this.#uidRange = options.hostUidRange ?? DEFAULT_HOST_UID_RANGE;
     this.#sandboxUser = options.sandboxUser ?? { uid: 1000, gid: 1000 };
     this.#hostname = options.hostname ?? "sandbox";
     if (!/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(this.#hostname)) throw new Error("hostname: must be a DNS label");
     this.limits = { ...DEFAULT_LIMITS, ...options.limits };
-    const issues = [...limitIssues(this.limits), ...(options.binds ?? []).flatMap(extraBindIssues)];
+    const issues = [...limitIssues(this.limits), ...(options.binds ?? []).flatMap(extraBindIssues), ...hostUidRangeIssues(this.#uidRange)];
     for (const [field, ids] of [
       ["sandboxUser", this.#sandboxUser],
-      ["hostUser", this.#hostUser],
+      ["hostUser", options.hostUser ?? null],
     ] as const) {
       if (ids !== null && ![ids.uid, ids.gid].every((id) => Number.isInteger(id) && id >= 0 && id < 2 ** 31 - 1)) {
         issues.push(`${field}: uid and gid must be integers between 0 and 2147483646`);
@@ -172,9 +218,9 @@ export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPo
       setpriv: options.tools?.setpriv === undefined ? findTool("setpriv") : options.tools.setpriv,
     };
     this.#seccomp = options.seccomp === false ? null : seccompProgram();
-    this.#cgroup = options.cgroupParent ? new CgroupParent(options.cgroupParent) : null;
-    const hostUid = this.#hostUser?.uid ?? process.getuid?.() ?? 0;
-    this.enforcement = limitEnforcement(this.#cgroup !== null, hostUid);
+    this.#cgroup = cgroupsFor(options, root);
+    const hostUid = this.#hostUser === "per_sandbox" ? this.#uidRange.first : (this.#hostUser?.uid ?? process.getuid?.() ?? 0);
+    this.enforcement = limitEnforcement(this.#cgroup?.mechanism ?? null, hostUid);
     this.capabilities = this.#describe(hostUid);
   }
 
@@ -184,9 +230,12 @@ export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPo
     const lacks = ["provider_suspend_resume", "process_memory_checkpoint", "credential_substitution", "durable_output_mount"];
     if (proxy) has.push("egress_proxy_allowlist");
     (this.#seccomp ? has : lacks).push("seccomp_syscall_denylist");
-    (this.#cgroup ? has : lacks).push("resource_limits_cgroup_v2");
-    if (!this.#cgroup) has.push("resource_limits_rlimit");
+    const mechanism = this.#cgroup?.mechanism ?? null;
+    (mechanism === "cgroup_v2" ? has : lacks).push("resource_limits_cgroup_v2");
+    if (mechanism === "cgroup_v1") has.push("resource_limits_cgroup_v1");
+    if (mechanism === null) has.push("resource_limits_rlimit");
     (hostUid !== 0 ? has : lacks).push("unprivileged_host_uid");
+    (this.#hostUser === "per_sandbox" ? has : lacks).push("per_sandbox_host_uid");
     return {
       provider: PROVIDER,
       lifecycle: { suspendResume: "unsupported", hardTerminate: "supported", orphanReap: "host_managed" },
@@ -217,7 +266,7 @@ export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPo
         return { ok: false as const, reason: `setpriv (util-linux) is needed to drop sandboxes to an unprivileged uid: ${PROVISION_HINT}` };
       }
       const problem = this.#cgroup ? await this.#cgroup.probe() : null;
-      if (problem !== null) return { ok: false as const, reason: `cgroupParent: ${problem}` };
+      if (problem !== null) return { ok: false as const, reason: `${this.#cgroup?.mechanism} limits: ${problem}` };
       mkdirSync(this.stateRoot, { recursive: true, mode: 0o711 });
       // Traversable by the sandbox's host uid, which bwrap runs as when it binds /tmp from here (never narrowed: it may be shared).
       const mode = statSync(this.stateRoot).mode & 0o7777;
@@ -243,6 +292,14 @@ export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPo
       return { ok: true as const, base, seccompFile };
     })();
     return this.#ready;
+  }
+
+  /** The host identity a new runtime's processes run as: its own uid from the range, the configured one, or none. */
+  async #hostUserFor(runtimeId: string): Promise<{ uid: number; gid: number } | null> {
+    if (this.#hostUser !== "per_sandbox") return this.#hostUser;
+    const uid = await claimHostUid(this.stateRoot, runtimeId, this.#uidRange);
+    if (uid === null) throw new Error(`every host uid of hostUidRange (${this.#uidRange.count} from ${this.#uidRange.first}) is in use`);
+    return { uid, gid: uid };
   }
 
   /** Serializes work per runtime id inside this process (acquire retries, terminate racing reap). */
@@ -288,36 +345,42 @@ export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPo
     await rm(dir, { recursive: true, force: true });
     await mkdir(tmpDir, { recursive: true, mode: 0o700 });
     await chmod(dir, 0o711);
-    let cgroupDir: string | null = null;
+    let cgroupDirs: string[] = [];
+    let hostUser: { uid: number; gid: number } | null = null;
+    const undo = async () => {
+      await removeCgroups(cgroupDirs);
+      if (hostUser !== null && this.#hostUser === "per_sandbox") await releaseHostUid(this.stateRoot, hostUser.uid, runtimeId);
+      await rm(dir, { recursive: true, force: true });
+    };
     let mounts: MountEntry[];
     try {
       mounts = runtimeLayout(ready.base, { tmpDir, workspace, outputs, extra: this.#options.binds ?? [] });
-      if (this.#hostUser !== null) {
-        await chown(tmpDir, this.#hostUser.uid, this.#hostUser.gid);
-        await chownTree(workspace, this.#hostUser.uid, this.#hostUser.gid);
-        if (outputs !== null) await chownTree(outputs, this.#hostUser.uid, this.#hostUser.gid);
+      hostUser = await this.#hostUserFor(runtimeId);
+      if (hostUser !== null) {
+        await chown(tmpDir, hostUser.uid, hostUser.gid);
+        await chownTree(workspace, hostUser.uid, hostUser.gid);
+        if (outputs !== null) await chownTree(outputs, hostUser.uid, hostUser.gid);
       }
-      if (this.#cgroup) cgroupDir = await this.#cgroup.create(runtimeId, this.limits);
+      if (this.#cgroup) cgroupDirs = await this.#cgroup.create(runtimeId, this.limits);
     } catch (err) {
-      await rm(dir, { recursive: true, force: true });
+      await undo();
       return { type: "unavailable", reason: `preparing the sandbox failed: ${(err as Error).message}`, retryable: true };
     }
     const init = await startInit({
       tools: this.tools,
       hostname: this.#hostname,
       sandboxUser: this.#sandboxUser,
-      hostUser: this.#hostUser,
+      hostUser,
       layoutArgs: layoutArgs(mounts),
       seccompFile: ready.seccompFile,
-      cgroupDir,
+      cgroupDirs,
       limits: this.limits,
       cwd: "/workspace",
       timeoutMs: this.#options.startTimeoutMs ?? 30_000,
       signal,
     });
     if (!init.ok) {
-      if (cgroupDir) await CgroupParent.remove(cgroupDir);
-      await rm(dir, { recursive: true, force: true });
+      await undo();
       return { type: "unavailable", reason: init.reason, retryable: init.retryable };
     }
     const state: RuntimeState = {
@@ -329,7 +392,8 @@ export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPo
       outerStart: init.outerStart,
       workspace,
       outputs,
-      cgroupDir,
+      cgroupDirs,
+      hostUser,
       createdAt: Date.now(),
       owner,
     };
@@ -357,14 +421,14 @@ export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPo
       initStart: state.initStart,
       hostname: this.#hostname,
       sandboxUser: this.#sandboxUser,
-      hostUser: this.#hostUser,
+      hostUser: state.hostUser,
       layoutArgs: layoutArgs(mounts),
       env,
       seccompFile,
-      cgroupDir: state.cgroupDir,
+      cgroupDirs: state.cgroupDirs,
       limits: this.limits,
     };
-    return { state, ctx, fs: new SandboxFs(mounts, this.#hostUser), stdin, egress: null };
+    return { state, ctx, fs: new SandboxFs(mounts, state.hostUser), stdin, egress: null };
   }
 
   async #startEgress(state: RuntimeState): Promise<Live["egress"]> {
@@ -411,9 +475,11 @@ export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPo
   async #destroy(state: RuntimeState): Promise<{ ok: true; killed: boolean } | { ok: false; error: string }> {
     const live = this.#live.get(state.runtimeId);
     live?.egress?.close();
-    if (state.cgroupDir) await CgroupParent.kill(state.cgroupDir);
+    // Whether this call is what ended the sandbox: the cgroup kill below may already take its pid 1.
+    const wasAlive = await isSameLiveProcess(state.initPid, state.initStart);
+    await killCgroups(state.cgroupDirs);
     // Killing the namespace's pid 1 makes the kernel kill every process in it and in the exec namespaces nested in it.
-    const killedInit = await killExact(state.initPid, state.initStart);
+    const killedInit = (await killExact(state.initPid, state.initStart)) || wasAlive;
     const timeout = this.#options.killTimeoutMs ?? 10_000;
     if (!(await waitGone(state.initPid, state.initStart, timeout))) {
       return { ok: false, error: `sandbox pid ${state.initPid} survived SIGKILL for ${timeout} ms` };
@@ -426,9 +492,10 @@ export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPo
     }
     live?.stdin?.destroy();
     this.#live.delete(state.runtimeId);
-    if (state.cgroupDir && !(await CgroupParent.remove(state.cgroupDir))) {
-      return { ok: false, error: `cgroup ${state.cgroupDir} could not be removed` };
+    if (!(await removeCgroups(state.cgroupDirs))) {
+      return { ok: false, error: `cgroups ${state.cgroupDirs.join(", ")} could not be removed` };
     }
+    if (state.hostUser !== null) await releaseHostUid(this.stateRoot, state.hostUser.uid, state.runtimeId);
     await rm(runtimeDir(this.stateRoot, state.runtimeId), { recursive: true, force: true });
     return { ok: true, killed: killedInit };
   }
@@ -573,6 +640,7 @@ export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPo
       });
       removed++;
     }
+    await clearStaleHostUids(this.stateRoot);
     return removed;
   }
 

@@ -31,7 +31,7 @@ import { readdir, readlink } from "node:fs/promises";
 import type { Readable, Writable } from "node:stream";
 import type { ExecInput, ExecResult } from "@openma/contract";
 import { TailBuffer } from "@openma/driver-kit";
-import { prlimitArgs, type ResourceLimits } from "./limits.ts";
+import { limitArgv, type ResourceLimits } from "./limits.ts";
 import { isSameLiveProcess } from "./proc.ts";
 
 export interface Tools {
@@ -55,7 +55,7 @@ export interface ExecContext {
   layoutArgs: readonly string[];
   env: Readonly<Record<string, string>>;
   seccompFile: string | null;
-  cgroupDir: string | null;
+  cgroupDirs: readonly string[];
   limits: ResourceLimits;
 }
 
@@ -96,9 +96,7 @@ export function envIssues(env: Readonly<Record<string, string>>): string[] {
 }
 
 function execArgv(ctx: ExecContext, command: readonly string[], cwd: string): string[] {
-  const argv: string[] = [];
-  if (ctx.cgroupDir !== null) argv.push("/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', `${ctx.cgroupDir}/cgroup.procs`);
-  if (ctx.tools.prlimit !== null) argv.push(ctx.tools.prlimit, ...prlimitArgs(ctx.limits, ctx.cgroupDir !== null), "--");
+  const argv = limitArgv(ctx.cgroupDirs, ctx.tools.prlimit, ctx.limits);
   argv.push(ctx.tools.nsenter, "--net=/proc/self/fd/5", "--pid=/proc/self/fd/6", "--ipc=/proc/self/fd/7", "--");
   // bwrap reads /proc/<child> by the pid its clone returned, which is a pid of the sandbox's namespace: give it that namespace's /proc.
   argv.push(ctx.tools.unshare, "--mount-proc", "--");

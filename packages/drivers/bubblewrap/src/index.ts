@@ -3,7 +3,7 @@ export { type BubblewrapOptions, BubblewrapSandbox, type NetworkOptions, PROVISI
 export { type EgressDecision, type EgressOptions, EgressProxy, isAllowed, parseAllowlist } from "./egress.ts";
 export type { ProcessEnd, SandboxProcess, Tools } from "./exec.ts";
 export { type ExtraBind, HOST_ETC_ALLOWLIST } from "./layout.ts";
-export { DEFAULT_LIMITS, type LimitEnforcement, type ResourceLimits } from "./limits.ts";
+export { CgroupV1, DEFAULT_LIMITS, type LimitEnforcement, type ResourceLimits } from "./limits.ts";
 export { bubblewrapProcesses } from "./process-port.ts";
 export { DENIED_SYSCALLS, seccompProgram } from "./seccomp.ts";
 export { PROVIDER as BUBBLEWRAP_PROVIDER } from "./state.ts";

@@ -11,7 +11,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { closeSync, openSync } from "node:fs";
 import type { Readable } from "node:stream";
 import type { Tools } from "./exec.ts";
-import { prlimitArgs, type ResourceLimits } from "./limits.ts";
+import { limitArgv, type ResourceLimits } from "./limits.ts";
 import { readStat } from "./proc.ts";
 
 export interface InitSpec {
@@ -21,7 +21,7 @@ export interface InitSpec {
   hostUser: { uid: number; gid: number } | null;
   layoutArgs: readonly string[];
   seccompFile: string | null;
-  cgroupDir: string | null;
+  cgroupDirs: readonly string[];
   limits: ResourceLimits;
   cwd: string;
   timeoutMs: number;
@@ -35,9 +35,7 @@ export type InitResult =
 const INIT_SCRIPT = "exec 3>&- 4<&-; echo ready; read -r _ || true";
 
 function initArgv(spec: InitSpec): string[] {
-  const argv: string[] = [];
-  if (spec.cgroupDir !== null) argv.push("/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', `${spec.cgroupDir}/cgroup.procs`);
-  if (spec.tools.prlimit !== null) argv.push(spec.tools.prlimit, ...prlimitArgs(spec.limits, spec.cgroupDir !== null), "--");
+  const argv = limitArgv(spec.cgroupDirs, spec.tools.prlimit, spec.limits);
   if (spec.hostUser !== null && spec.tools.setpriv !== null) {
     argv.push(spec.tools.setpriv, `--reuid=${spec.hostUser.uid}`, `--regid=${spec.hostUser.gid}`, "--clear-groups", "--");
   }

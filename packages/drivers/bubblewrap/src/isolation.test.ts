@@ -35,6 +35,12 @@ async function withMarker(marker: string): Promise<number[]> {
 
 let root: string;
 let driver: BubblewrapSandbox;
+
+/** The host uid the default driver's sandbox runs as, from its runtime record (each sandbox has its own). */
+function hostUidOf(lease: ManagedSandboxLease, stateRoot = join(root, "state")): number {
+  const state = JSON.parse(readFileSync(join(stateRoot, lease.runtimeId, "state.json"), "utf8")) as { hostUser: { uid: number } };
+  return state.hostUser.uid;
+}
 const drivers: BubblewrapSandbox[] = [];
 
 function track(d: BubblewrapSandbox): BubblewrapSandbox {
@@ -54,7 +60,7 @@ afterAll(async () => {
 });
 
 describe("namespaces", () => {
-  it("gives every exec its own pid 1, the sandbox hostname, only loopback, and uid 1000 (65534 on the host)", async () => {
+  it("gives every exec its own pid 1, the sandbox hostname, only loopback, and uid 1000 (the sandbox's own on the host)", async () => {
     const { lease } = await acquire(driver, root);
     const tools = driver.toolSandbox(lease);
     const { out } = await run(
@@ -73,7 +79,8 @@ describe("namespaces", () => {
         }
         return null;
       }, "the sandboxed sleep to start");
-      expect(readFileSync(`/proc/${sleeper}/status`, "utf8")).toMatch(/^Uid:\s+65534\s+65534/m);
+      const uid = hostUidOf(lease);
+      expect(readFileSync(`/proc/${sleeper}/status`, "utf8")).toMatch(new RegExp(`^Uid:\\s+${uid}\\s+${uid}`, "m"));
       for (const ns of ["user", "pid", "net", "ipc", "uts", "mnt"]) {
         expect(await readlink(`/proc/${sleeper}/ns/${ns}`), ns).not.toBe(await readlink(`/proc/self/ns/${ns}`));
       }
@@ -149,7 +156,7 @@ describe("filesystem", () => {
     // Files the host writes belong to the sandbox user.
     expect(await tools.writeFile({ path: "mine/owned.txt", content: Buffer.from("x"), signal: never() })).toEqual({ type: "ok", bytes: 1 });
     const hostPath = join(bindings.workspace.metadata?.hostPath as string, "mine/owned.txt");
-    expect((await stat(hostPath)).uid).toBe(65534);
+    expect((await stat(hostPath)).uid).toBe(hostUidOf(lease));
     expect((await run(tools, "echo more >> mine/owned.txt && cat mine/owned.txt")).out).toBe("xmore\n");
   });
 
@@ -229,6 +236,8 @@ describe("processes", () => {
         stateRoot: join(root, "state-limits"),
         // A host uid of its own: RLIMIT_NPROC counts every process of that uid on the host.
         hostUser: { uid: 61_234, gid: 61_234 },
+        // rlimits even where the host has cgroup v1 hierarchies (the driver would use those).
+        cgroupV1Root: false,
         limits: { openFiles: 256, pids: 24 },
       }),
     );

@@ -2,7 +2,17 @@ import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { CgroupParent, cpuMax, DEFAULT_LIMITS, limitEnforcement, limitIssues, prlimitArgs } from "./limits.ts";
+import {
+  CgroupParent,
+  CgroupV1,
+  cpuMax,
+  DEFAULT_LIMITS,
+  limitArgv,
+  limitEnforcement,
+  limitIssues,
+  ownV1Paths,
+  prlimitArgs,
+} from "./limits.ts";
 
 describe("limits", () => {
   it("turns limits into prlimit arguments (hard = soft), per-process ones only without a cgroup", () => {
@@ -30,9 +40,76 @@ describe("limits", () => {
   });
 
   it("declares what each mechanism enforces", () => {
-    expect(limitEnforcement(true, 65534)).toMatchObject({ mechanism: "cgroup_v2", memory: "cgroup_memory_max", pids: "cgroup_pids_max" });
-    expect(limitEnforcement(false, 65534)).toMatchObject({ mechanism: "rlimit", pids: "rlimit_nproc_per_host_uid", cpu: "not_enforced" });
-    expect(limitEnforcement(false, 0).pids).toBe("not_enforced_for_host_root");
+    expect(limitEnforcement("cgroup_v2", 65534)).toMatchObject({
+      mechanism: "cgroup_v2",
+      memory: "cgroup_memory_max",
+      pids: "cgroup_pids_max",
+    });
+    expect(limitEnforcement("cgroup_v1", 65534)).toMatchObject({
+      mechanism: "cgroup_v1",
+      memory: "cgroup_v1_memory_limit",
+      pids: "cgroup_pids_max",
+      cpu: "cgroup_v1_cfs_quota",
+    });
+    expect(limitEnforcement(null, 65534)).toMatchObject({ mechanism: "rlimit", pids: "rlimit_nproc_per_host_uid", cpu: "not_enforced" });
+    expect(limitEnforcement(null, 0).pids).toBe("not_enforced_for_host_root");
+  });
+
+  it("joins every cgroup of the runtime before prlimit, and stops rather than run outside one", () => {
+    expect(limitArgv(["/cg/memory/x", "/cg/pids/x"], "/usr/bin/prlimit", DEFAULT_LIMITS)).toEqual([
+      "/bin/sh",
+      "-c",
+      'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"',
+      "sh",
+      "/cg/memory/x/cgroup.procs",
+      "/cg/pids/x/cgroup.procs",
+      "--",
+      "/usr/bin/prlimit",
+      "--nofile=4096:4096",
+      `--fsize=${8 * 1024 ** 3}:${8 * 1024 ** 3}`,
+      "--",
+    ]);
+    expect(limitArgv([], null, DEFAULT_LIMITS)).toEqual([]);
+  });
+});
+
+describe("cgroup v1", () => {
+  it("finds this process's path in each hierarchy, combined controllers included", () => {
+    const own = ownV1Paths("12:pids:/svc\n4:memory:/process_api/abc\n3:cpu,cpuacct:/x/y\n1:name=systemd:/\n0::/\n");
+    expect(own).toMatchObject({ pids: "/svc", memory: "/process_api/abc", cpu: "/x/y", cpuacct: "/x/y" });
+  });
+
+  it("creates one cgroup per hierarchy under the server's own, with the limits", async () => {
+    const root = join(tmpdir(), `openma-cgv1-${process.pid}`);
+    try {
+      for (const name of ["memory", "pids", "cpu"]) {
+        await mkdir(join(root, name), { recursive: true });
+        await writeFile(join(root, name, "cgroup.procs"), "");
+      }
+      expect(CgroupV1.present(root)).toBe(true);
+      expect(CgroupV1.present(join(root, "none"))).toBe(false);
+      await writeFile(join(root, "cpu", "cgroup.controllers"), "cpu"); // a v2 directory is not a v1 hierarchy
+      expect(CgroupV1.present(root)).toBe(false);
+      const v1 = new CgroupV1(root, { memory: "/srv" });
+      expect(await v1.probe()).toBeNull();
+      const dirs = await v1.create("bwrap-01", { ...DEFAULT_LIMITS, memoryBytes: 64 * 1024 ** 2, pids: 32, cpus: 0.25 });
+      expect(dirs).toEqual([
+        join(root, "memory/srv/openma/bwrap-01"),
+        join(root, "pids/openma/bwrap-01"),
+        join(root, "cpu/openma/bwrap-01"),
+      ]);
+      const [memory, pids, cpu] = dirs as [string, string, string];
+      expect(await readFile(join(memory, "memory.limit_in_bytes"), "utf8")).toBe(String(64 * 1024 ** 2));
+      expect(await readFile(join(memory, "memory.memsw.limit_in_bytes"), "utf8")).toBe(String(64 * 1024 ** 2));
+      expect(await readFile(join(pids, "pids.max"), "utf8")).toBe("32");
+      expect(await readFile(join(cpu, "cpu.cfs_quota_us"), "utf8")).toBe("25000");
+      expect(await readFile(join(cpu, "cpu.cfs_period_us"), "utf8")).toBe("100000");
+      // A hierarchy it cannot write to is named.
+      await writeFile(join(root, "blocked"), "");
+      expect(await new CgroupV1(join(root, "blocked"), {}).probe()).toMatch(/^cannot create /);
+    } finally {
+      await rm(root, { recursive: true, force: true });
+    }
   });
 });
 
@@ -60,11 +137,12 @@ describe("cgroup parent", () => {
       expect(await parent.probe()).toBeNull();
       expect(await readFile(join(dir, "cgroup.subtree_control"), "utf8")).toBe("+memory +pids");
       const child = await parent.create("bwrap-0123", { ...DEFAULT_LIMITS, memoryBytes: 512 * 1024 ** 2, pids: 64, cpus: 0.5 });
-      expect(child).toBe(join(dir, "openma-bwrap-0123"));
-      expect(await readFile(join(child, "memory.max"), "utf8")).toBe(String(512 * 1024 ** 2));
-      expect(await readFile(join(child, "memory.swap.max"), "utf8")).toBe("0");
-      expect(await readFile(join(child, "pids.max"), "utf8")).toBe("64");
-      expect(await readFile(join(child, "cpu.max"), "utf8")).toBe("50000 100000");
+      expect(child).toEqual([join(dir, "openma-bwrap-0123")]);
+      const [one] = child as [string];
+      expect(await readFile(join(one, "memory.max"), "utf8")).toBe(String(512 * 1024 ** 2));
+      expect(await readFile(join(one, "memory.swap.max"), "utf8")).toBe("0");
+      expect(await readFile(join(one, "pids.max"), "utf8")).toBe("64");
+      expect(await readFile(join(one, "cpu.max"), "utf8")).toBe("50000 100000");
     } finally {
       await rm(dir, { recursive: true, force: true });
     }

@@ -23,7 +23,10 @@ export interface RuntimeState {
   outerStart: number;
   workspace: string;
   outputs: string | null;
-  cgroupDir: string | null;
+  /** The runtime's cgroups (one v2 cgroup, one per v1 hierarchy, or none). */
+  cgroupDirs: string[];
+  /** The host identity its processes run as (null: the driver's own); absent in records of older drivers. */
+  hostUser: { uid: number; gid: number } | null;
   createdAt: number;
   /** Who acquired it (absent in records written before ownership was recorded): what `listOwned` reports. */
   owner?: RuntimeOwner;
@@ -68,7 +71,27 @@ export async function readState(dir: string): Promise<RuntimeState | null> {
   } catch {
     return null;
   }
-  return isRuntimeState(value) ? value : null;
+  return isRuntimeState(value) ? value : legacyState(value);
+}
+
+/** A record of an older driver: one optional v2 cgroup, and every sandbox as host uid 65534 (as root). */
+function legacyState(value: unknown): RuntimeState | null {
+  if (typeof value !== "object" || value === null) return null;
+  const { cgroupDir, ...rest } = value as { cgroupDir?: unknown };
+  if (!(cgroupDir === null || typeof cgroupDir === "string")) return null;
+  const state = {
+    ...rest,
+    cgroupDirs: cgroupDir === null ? [] : [cgroupDir],
+    hostUser: process.getuid?.() === 0 ? LEGACY_HOST_USER : null,
+  };
+  return isRuntimeState(state) ? state : null;
+}
+
+const LEGACY_HOST_USER = { uid: 65534, gid: 65534 };
+
+function isIds(value: unknown): value is { uid: number; gid: number } {
+  const ids = value as { uid?: unknown; gid?: unknown } | null;
+  return typeof ids === "object" && ids !== null && [ids.uid, ids.gid].every((id) => Number.isInteger(id) && (id as number) >= 0);
 }
 
 function isPid(value: unknown): value is number {
@@ -87,7 +110,9 @@ function isRuntimeState(value: unknown): value is RuntimeState {
     Number.isInteger(state.outerStart) &&
     typeof state.workspace === "string" &&
     (state.outputs === null || typeof state.outputs === "string") &&
-    (state.cgroupDir === null || typeof state.cgroupDir === "string") &&
+    Array.isArray(state.cgroupDirs) &&
+    state.cgroupDirs.every((dir) => typeof dir === "string" && dir.startsWith("/")) &&
+    (state.hostUser === null || isIds(state.hostUser)) &&
     (state.owner === undefined || isOwner(state.owner))
   );
 }
