@@ -452,6 +452,7 @@ describe.each(BACKENDS)("work on %s", (dialect) => {
       pending: 0,
       oldest_queued_at: null,
       workers_polling: 0,
+      sandboxes: [],
     });
     expect(stats).toBeTypeOf("function");
     const a = await enqueue();

@@ -11,6 +11,7 @@
  * `state = 'queued'` with `polled_at` set; the wire shows it as `queued`.
  */
 import { type Database, hashSecret, newSecret, toIso, type Unsubscribe, type WorkItemRow } from "@openma/storage";
+import { deploymentId, SqlSandboxOwnership } from "@openma/storage/sandbox-owners";
 import { type ExpressionBuilder, type Kysely, sql, type Transaction } from "kysely";
 import { SESSIONS_TOKEN_PREFIX } from "./auth.ts";
 import type { ApiDeps } from "./context.ts";
@@ -477,6 +478,11 @@ export interface QueueStats {
   pending: number;
   oldest_queued_at: string | null;
   workers_polling: number | null;
+  /**
+   * OpenMA extension: the environment's session sandboxes per driver, from their owner records (owned = a live
+   * server holds it, idle = past its idle deadline, orphaned = could not be killed yet). Empty when none.
+   */
+  sandboxes: { driver: string; owned: number; idle: number; orphaned: number }[];
 }
 
 /**
@@ -510,11 +516,14 @@ export async function queueStats(deps: ApiDeps, environmentId: string): Promise<
     .where("environment_id", "=", environmentId)
     .where("last_seen_at", ">=", toIso(nowMs - WORKERS_POLLING_WINDOW_MS))
     .executeTakeFirstOrThrow();
+  const owners = new SqlSandboxOwnership(db, { clock: deps.clock });
+  const sandboxes = await owners.stats({ deployment: await deploymentId(db), environmentId, signal: new AbortController().signal });
   return {
     type: "work_queue_stats",
     depth: Number(waiting.n),
     pending: Number(pending.n),
     oldest_queued_at: waiting.oldest ?? null,
     workers_polling: Number(workers.n),
+    sandboxes,
   };
 }

@@ -103,6 +103,9 @@ export interface SandboxOwnershipPort {
   takeOver(input: { id: string; signal: AbortSignal }): Promise<"taken" | "live" | "absent">;
   /** Records of this deployment and driver that are not live, oldest first (stale ones whose sandbox is already gone). */
   listStale(input: { deployment: string; driver: string; limit: number; signal: AbortSignal }): Promise<SandboxOwnerRecord[]>;
-  /** Per driver: this deployment's owned and idle sandboxes, and the orphan records (pending or dead-letter) of its provider. */
-  stats(input: { deployment: string; signal: AbortSignal }): Promise<SandboxDriverStats[]>;
+  /**
+   * Per driver: this deployment's owned and idle sandboxes, and the orphan records (pending or dead-letter) of its
+   * provider; with `environmentId`, only those of that environment's sessions.
+   */
+  stats(input: { deployment: string; environmentId?: string; signal: AbortSignal }): Promise<SandboxDriverStats[]>;
 }

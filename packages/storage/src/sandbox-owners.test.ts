@@ -87,6 +87,38 @@ describe.each(BACKENDS)("SQL sandbox ownership on %s", (dialect) => {
     expect(await owners.stats({ deployment, signal })).toEqual([{ driver: "e2b", owned: 0, idle: 0, orphaned: 1 }]);
   });
 
+  it("narrows the stats to one environment's sessions", async () => {
+    const { owners, deployment, claim } = await open();
+    const orphans = new SqlRuntimeOrphanStore(t.storage.db, { clock: new ManualClock() });
+    await claim("sbo_here");
+    await owners.claim({
+      id: "sbo_there",
+      scope: { environmentId: "env_2", sessionId: "sesn_2" },
+      driver: "node-docker",
+      deployment,
+      leaseTtlMs: TTL,
+      idleMs: IDLE,
+      signal,
+    });
+    await orphans.enqueue({
+      scope: { environmentId: "env_2", sessionId: "sesn_3" },
+      generation: 1,
+      lease: { provider: "e2b", runtimeId: "sbx_2" },
+      reason: "lease_lost",
+      error: null,
+      redact: [],
+      signal,
+    });
+    expect(await owners.stats({ deployment, environmentId: "env_1", signal })).toEqual([
+      { driver: "node-docker", owned: 1, idle: 0, orphaned: 0 },
+    ]);
+    expect(await owners.stats({ deployment, environmentId: "env_2", signal })).toEqual([
+      { driver: "e2b", owned: 0, idle: 0, orphaned: 1 },
+      { driver: "node-docker", owned: 1, idle: 0, orphaned: 0 },
+    ]);
+    expect(await owners.stats({ deployment, environmentId: "env_none", signal })).toEqual([]);
+  });
+
   it("rejects bad input with a clear error", async () => {
     const { owners, claim, deployment } = await open();
     await expect(claim("")).rejects.toThrow(/id/);

@@ -164,10 +164,10 @@ export class SqlSandboxOwnership implements SandboxOwnershipPort {
     return rows.map(recordFrom);
   }
 
-  async stats(input: { deployment: string; signal: AbortSignal }): Promise<SandboxDriverStats[]> {
+  async stats(input: { deployment: string; environmentId?: string; signal: AbortSignal }): Promise<SandboxDriverStats[]> {
     input.signal.throwIfAborted();
     const now = this.#clock.now();
-    const owned = await this.#db
+    let owned = this.#db
       .selectFrom("sandbox_owners")
       .select((eb) => [
         "driver",
@@ -176,18 +176,20 @@ export class SqlSandboxOwnership implements SandboxOwnershipPort {
       ])
       .where("deployment", "=", input.deployment)
       .where("lease_expires_at_ms", ">", now)
-      .groupBy("driver")
-      .execute();
-    const orphaned = await this.#db
+      .groupBy("driver");
+    let orphaned = this.#db
       .selectFrom("runtime_orphans")
       .select((eb) => ["provider", eb.fn.countAll<number>().as("orphaned")])
       .where("state", "in", ["pending", "dead_letter"])
-      .groupBy("provider")
-      .execute();
+      .groupBy("provider");
+    if (input.environmentId !== undefined) {
+      owned = owned.where("environment_id", "=", input.environmentId);
+      orphaned = orphaned.where("environment_id", "=", input.environmentId);
+    }
     const byDriver = new Map<string, SandboxDriverStats>();
-    for (const row of owned)
+    for (const row of await owned.execute())
       byDriver.set(row.driver, { driver: row.driver, owned: Number(row.owned), idle: Number(row.idle ?? 0), orphaned: 0 });
-    for (const row of orphaned) {
+    for (const row of await orphaned.execute()) {
       const entry = byDriver.get(row.provider) ?? { driver: row.provider, owned: 0, idle: 0, orphaned: 0 };
       entry.orphaned = Number(row.orphaned);
       byDriver.set(row.provider, entry);

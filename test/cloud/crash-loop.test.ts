@@ -1,0 +1,27 @@
+/**
+ * The kill -9 loop of issue 21 (test/support/crash-loop.ts) for every cloud
+ * driver, against its stand-in: the vendor's wire protocol, real local
+ * containers behind it. Live sandboxes are counted by the stand-in (what
+ * the provider would bill), never from our own records. 10 kills per
+ * vendor rather than the local drivers' 20: a remote create or destroy
+ * costs the stand-in a container each, and six vendors run this.
+ */
+import type { CloudStandIn } from "@openma/standin-kit";
+import { startVendorStandIn, VENDORS } from "../support/cloud.ts";
+import { describeCrashLoop } from "../support/crash-loop.ts";
+
+for (const [i, vendor] of VENDORS.entries()) {
+  let standIn: CloudStandIn | null = null;
+  describeCrashLoop(vendor, {
+    seed: 31 + i,
+    kills: 10,
+    async setup() {
+      standIn = await startVendorStandIn(vendor);
+    },
+    env: () => ({ OPENMA_SANDBOX: vendor, ...(standIn?.env ?? {}) }),
+    live: async () => standIn?.live() ?? Number.NaN,
+    async teardown() {
+      await standIn?.close();
+    },
+  });
+}
