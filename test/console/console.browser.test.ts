@@ -28,9 +28,8 @@ const AXE_SCRIPT = createRequire(import.meta.url).resolve("axe-core/axe.min.js")
 
 type Violation = { id: string; impact: string | null; help: string; nodes: Array<{ target: unknown }> };
 
-/** axe-core's findings on the page as it is now, the serious and critical ones only. */
+/** axe-core's findings on the page as it is now, the serious and critical ones only (axe is in every document: see addInitScript). */
 async function seriousViolations(page: Page): Promise<string[]> {
-  await page.addScriptTag({ path: AXE_SCRIPT });
   const violations = await page.evaluate(
     async () => (await (window as unknown as { axe: { run(): Promise<{ violations: Violation[] }> } }).axe.run()).violations,
   );
@@ -75,7 +74,10 @@ describe("the console in Chromium", () => {
       OPENMA_EXECUTION_POLL_MS: "600000", // bus wake-ups only
     });
     proxy = await startCutProxy(t.baseURL);
-    page = await (await browser.newContext({ viewport: { width: 1280, height: 860 } })).newPage();
+    const context = await browser.newContext({ viewport: { width: 1280, height: 860 } });
+    // Loaded with each document (the console is one page, so about once), not injected before every check.
+    await context.addInitScript({ path: AXE_SCRIPT });
+    page = await context.newPage();
   });
   afterAll(async () => {
     await browser?.close();
