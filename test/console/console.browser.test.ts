@@ -12,8 +12,10 @@
  * OPENMA_CONSOLE_SCREENSHOTS=1 (`npm run console:screenshots`) also writes
  * the main pages to docs/console/*.png.
  */
+import { readFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { join } from "node:path";
+import { toFile } from "@anthropic-ai/sdk";
 import { ManualScheduler, type ScriptedModel, startScriptedModel } from "@openma/scripted-model";
 import { type Browser, chromium, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -163,7 +165,7 @@ describe("the console in Chromium", () => {
     expect(approved).toMatchObject({ result: "allow" });
   });
 
-  it("lists sessions by status, and renders the conformance table and the resource lists accessibly", async () => {
+  it("lists sessions by status, renders the conformance table and the resource lists accessibly, and downloads a file", async () => {
     await page.goto(`${proxy.url}/console#/sessions`);
     await page.getByRole("cell", { name: "console e2e" }).waitFor();
     await page.getByLabel("Status").selectOption("running");
@@ -178,7 +180,20 @@ describe("the console in Chromium", () => {
     expect(await seriousViolations(page)).toEqual([]);
     await screenshot(page, "conformance");
 
-    for (const name of ["Vaults", "Files", "Skills", "Memory stores"]) {
+    // A file downloads through the browser (the key goes in a header, so the console fetches it).
+    const content = "the deliverable\n";
+    await t.client.beta.files.upload({ file: await toFile(Buffer.from(content), "report.txt") });
+    await page.getByRole("navigation").getByRole("link", { name: "Files" }).click();
+    await page.getByRole("cell", { name: "report.txt", exact: true }).waitFor();
+    expect(await seriousViolations(page)).toEqual([]);
+    const [download] = await Promise.all([
+      page.waitForEvent("download"),
+      page.getByRole("button", { name: "Download report.txt" }).click(),
+    ]);
+    expect(download.suggestedFilename()).toBe("report.txt");
+    expect(await readFile(await download.path(), "utf8")).toBe(content);
+
+    for (const name of ["Vaults", "Skills", "Memory stores"]) {
       await page.getByRole("navigation").getByRole("link", { name }).click();
       await page.getByRole("heading", { name, level: 1 }).waitFor();
       await page.getByText("None yet.").waitFor();

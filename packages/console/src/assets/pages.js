@@ -2,7 +2,7 @@
 // agents, environments, the driver conformance table, and read-only lists of
 // vaults, files, skills and memory stores.
 import { useEffect, useState } from "preact/hooks";
-import { api, listAll } from "./api.js";
+import { api, download, listAll } from "./api.js";
 import { html } from "./html.js";
 
 const STATUSES = ["idle", "running", "rescheduling", "terminated"];
@@ -85,14 +85,14 @@ export function SessionsPage() {
     <h1 id="sessions-heading">Sessions</h1>
     <form class="inline" onSubmit=${onSubmit} aria-label="New session">
       <${Field} id="new-session-agent" label="Agent">
-        <select id="new-session-agent" value=${form.agent} onChange=${set("agent")}>
+        <select id="new-session-agent" value=${form.agent || agents[0]?.id} onChange=${set("agent")}>
           ${agents.map((a) => html`<option value=${a.id}>${a.name}</option>`)}
         </select>
       <//>
       <${Field} id="new-session-environment" label="Environment">
         <select
           id="new-session-environment"
-          value=${form.environment}
+          value=${form.environment || environments[0]?.id}
           onChange=${set("environment")}
         >
           ${environments.map((env) => html`<option value=${env.id}>${env.name}</option>`)}
@@ -104,12 +104,14 @@ export function SessionsPage() {
       <button type="submit" disabled=${agents.length === 0 || environments.length === 0}>Start session</button>
     </form>
     <${ErrorText} error=${error ?? sessions.error} />
-    <${Field} id="status-filter" label="Status">
-      <select id="status-filter" value=${status} onChange=${(e) => setStatus(e.currentTarget.value)}>
-        <option value="">All</option>
-        ${STATUSES.map((s) => html`<option value=${s}>${s}</option>`)}
-      </select>
-    <//>
+    <div class="inline">
+      <${Field} id="status-filter" label="Status">
+        <select id="status-filter" value=${status} onChange=${(e) => setStatus(e.currentTarget.value)}>
+          <option value="">All</option>
+          ${STATUSES.map((s) => html`<option value=${s}>${s}</option>`)}
+        </select>
+      <//>
+    </div>
     <${Table}
       caption="Sessions, newest first"
       empty="No sessions."
@@ -265,6 +267,20 @@ export function ConformancePage() {
   </section>`;
 }
 
+/** A file's download button (uploads are downloadable; files a session produced may not be). */
+export function DownloadButton({ file }) {
+  const [error, setError] = useState(null);
+  return html`<button
+      type="button"
+      class="link"
+      disabled=${!file.downloadable}
+      aria-label=${`Download ${file.filename}`}
+      onClick=${() => download(file.id, file.filename).catch((err) => setError(err.message))}
+    >
+      Download</button
+    >${error ? html` <span class="error" role="alert">${error}</span>` : null}`;
+}
+
 /** A read-only list of one resource family. */
 export function ResourceList({ title, path }) {
   const items = useLoad(() => listAll(path, { limit: 100 }, 500), [path]);
@@ -280,6 +296,7 @@ export function ResourceList({ title, path }) {
         { label: "Name", cell: (r) => r.display_name ?? r.name ?? r.display_title ?? r.filename ?? "" },
         { label: "Id", cell: (r) => html`<code>${r.id}</code>` },
         { label: "Created", cell: (r) => when(r.created_at) },
+        ...(path === "/v1/files" ? [{ label: "Content", cell: (f) => html`<${DownloadButton} file=${f} />` }] : []),
       ]}
     />
   </section>`;

@@ -1,10 +1,11 @@
 // One session: its live timeline, the message box, interrupt, answers to
 // tool calls that wait for the user, usage and the outputs manifest.
 import { useEffect, useState } from "preact/hooks";
-import { api, download } from "./api.js";
+import { api } from "./api.js";
 import { followSession } from "./events.js";
 import { html } from "./html.js";
-import { pendingActions, Timeline } from "./timeline.js";
+import { DownloadButton } from "./pages.js";
+import { pendingActions, Timeline, usageText } from "./timeline.js";
 
 const STREAM_LABEL = { connecting: "Connecting…", live: "Live", reconnecting: "Reconnecting…", ended: "Stream ended" };
 
@@ -58,10 +59,7 @@ function Outputs({ sessionId, revision }) {
         : html`<ul>
           ${files.map(
             (f) => html`<li key=${f.id}>
-              <button type="button" class="link" disabled=${!f.downloadable} onClick=${() => download(f.id, f.filename)}>
-                ${f.filename}
-              </button>
-              <span class="muted"> ${f.size_bytes} bytes</span>
+              ${f.filename} <span class="muted">${f.size_bytes} bytes</span> <${DownloadButton} file=${f} />
             </li>`,
           )}
         </ul>`
@@ -100,8 +98,7 @@ export function SessionPage({ id }) {
     ${
       usage
         ? html`<p class="muted">
-          Usage: ${usage.input_tokens ?? 0} input, ${usage.output_tokens ?? 0} output tokens
-          ${session?.stats?.active_seconds !== undefined ? ` · ${session.stats.active_seconds} s active` : ""}
+          Usage: ${usageText(usage)}${usage.active_seconds !== undefined ? ` · ${usage.active_seconds} s active` : ""}
         </p>`
         : null
     }

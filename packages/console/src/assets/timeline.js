@@ -7,6 +7,12 @@ const text = (content) =>
 
 const json = (value) => JSON.stringify(value, null, 2);
 
+/** Token counts and list cost of a usage object (the session's, or a `session.usage` event). */
+export function usageText(usage) {
+  const cost = usage.list_cost ? ` · ${usage.list_cost.amount} ${usage.list_cost.currency} at list prices` : "";
+  return `${usage.input_tokens ?? 0} input, ${usage.output_tokens ?? 0} output tokens${cost}`;
+}
+
 function body(event) {
   switch (event.type) {
     case "user.message":
@@ -45,6 +51,8 @@ function body(event) {
       const usage = event.model_usage ?? {};
       return html`Model request finished: ${usage.input_tokens ?? 0} in / ${usage.output_tokens ?? 0} out tokens`;
     }
+    case "session.usage":
+      return html`Usage so far: ${usageText(event)}`;
     case "span.model_request_start":
       return html`Model request started`;
     default:
