@@ -200,4 +200,19 @@ describe("the console in Chromium", () => {
       expect(await seriousViolations(page)).toEqual([]);
     }
   });
+
+  it("edits an agent into a new version and shows what changed in its history", async () => {
+    await page.getByRole("navigation").getByRole("link", { name: "Agents" }).click();
+    await page.getByRole("link", { name: "reviewer" }).click();
+    await page.getByLabel("System prompt").fill("Answer in one line.");
+    await page.getByRole("button", { name: "Save new version" }).click();
+    await expect.poll(() => page.getByTestId("agent-version").textContent()).toBe("2");
+    const latest = page.locator('[data-version="2"]');
+    await expect.poll(() => latest.getByRole("row", { name: /system/ }).textContent()).toContain("Answer in one line.");
+    await page.locator('[data-version="1"]').getByText("First version.").waitFor();
+    expect(await seriousViolations(page)).toEqual([]);
+    await screenshot(page, "agent-versions");
+    const [agent] = (await t.client.beta.agents.list()).data;
+    expect(agent).toMatchObject({ name: "reviewer", version: 2, system: "Answer in one line." });
+  });
 });

@@ -15,6 +15,7 @@ const ASSETS_DIR = join(dirname(fileURLToPath(import.meta.url)), "assets");
 /** The console's own files: a fixed list, so no request path ever reaches the filesystem. */
 const ASSETS: Record<string, string> = {
   "index.html": "text/html; charset=utf-8",
+  "agent.js": "text/javascript; charset=utf-8",
   "app.js": "text/javascript; charset=utf-8",
   "html.js": "text/javascript; charset=utf-8",
   "api.js": "text/javascript; charset=utf-8",

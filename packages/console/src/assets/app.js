@@ -2,6 +2,7 @@
 // navigation and a hash router, so the server serves one page for all views.
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
+import { AgentPage } from "./agent.js";
 import { ApiError, api, apiKey } from "./api.js";
 import { html } from "./html.js";
 import { AgentsPage, ConformancePage, EnvironmentsPage, ResourceList, SessionsPage } from "./pages.js";
@@ -38,6 +39,7 @@ function useHash() {
 function Route({ hash }) {
   const [, page, id] = hash.split("/");
   if (page === "sessions" && id) return html`<${SessionPage} id=${decodeURIComponent(id)} />`;
+  if (page === "agents" && id) return html`<${AgentPage} id=${decodeURIComponent(id)} />`;
   if (page === "agents") return html`<${AgentsPage} />`;
   if (page === "environments") return html`<${EnvironmentsPage} />`;
   if (page === "conformance") return html`<${ConformancePage} />`;

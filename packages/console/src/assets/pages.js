@@ -161,7 +161,7 @@ export function AgentsPage() {
       empty="No agents yet."
       rows=${agents.data}
       columns=${[
-        { label: "Name", cell: (a) => a.name },
+        { label: "Name", cell: (a) => html`<a href=${`#/agents/${a.id}`}>${a.name}</a>` },
         { label: "Model", cell: (a) => (typeof a.model === "string" ? a.model : a.model?.id) },
         { label: "Version", cell: (a) => a.version },
         { label: "Tools", cell: (a) => (a.tools ?? []).map((t) => t.name ?? t.type).join(", ") },
