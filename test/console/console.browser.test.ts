@@ -175,6 +175,11 @@ describe("the console in Chromium", () => {
     expect(await seriousViolations(page)).toEqual([]);
     await screenshot(page, "sessions");
 
+    // A session that does not exist: the API's refusal is shown, and the stream gives up instead of retrying.
+    await page.goto(`${proxy.url}/console#/sessions/sesn_missing`);
+    await page.getByRole("status").getByText("Stream ended").waitFor();
+    await expect.poll(() => page.getByRole("alert").textContent()).toContain("sesn_missing");
+
     await page.getByRole("link", { name: "Conformance" }).click();
     await page.getByRole("cell", { name: "bubblewrap", exact: true }).waitFor();
     expect(await seriousViolations(page)).toEqual([]);

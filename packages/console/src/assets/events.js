@@ -7,6 +7,8 @@ import { headers, listAll } from "./api.js";
 const RETRY_MIN_MS = 250;
 const RETRY_MAX_MS = 2000;
 
+class StreamRefused extends Error {}
+
 /** Parses SSE frames out of text chunks; calls `onMessage({event, id, data})` per message. */
 export function sseParser(onMessage) {
   let buffer = "";
@@ -57,7 +59,13 @@ export function followSession(sessionId, { onChange, onState, onError }) {
     const url = new URL(`/v1/sessions/${encodeURIComponent(sessionId)}/events/stream`, location.origin);
     if (after) url.searchParams.set("after_id", after);
     const res = await fetch(url, { headers: headers({ accept: "text/event-stream" }), signal: stop.signal });
-    if (!res.ok) throw new Error(`event stream: HTTP ${res.status}`);
+    if (!res.ok) {
+      const body = await res.json().catch(() => null);
+      const message = body?.error?.message ?? `event stream: HTTP ${res.status}`;
+      // A refusal (no such session, a bad key) does not heal by retrying; an overloaded or restarting server does.
+      if (res.status >= 400 && res.status < 500 && res.status !== 408 && res.status !== 429) throw new StreamRefused(message);
+      throw new Error(message);
+    }
     if (!after) {
       // Without a resume point the stream starts at the log's head when it connected: the list
       // (read after that) holds everything before it, so nothing falls between the two.
@@ -95,8 +103,13 @@ export function followSession(sessionId, { onChange, onState, onError }) {
           onState("ended");
           return;
         }
-      } catch {
-        // A dropped connection or a refused reconnect: try again from the last event seen.
+      } catch (err) {
+        if (err instanceof StreamRefused) {
+          onError?.(err.message);
+          onState("ended");
+          return;
+        }
+        // A dropped connection or a failed reconnect: try again from the last event seen.
       }
       if (stop.signal.aborted) return;
       onState("reconnecting");
