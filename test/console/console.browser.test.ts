@@ -40,6 +40,9 @@ async function seriousViolations(page: Page): Promise<string[]> {
     .map((v) => `${v.id} (${v.impact}): ${v.help} at ${JSON.stringify(v.nodes.map((n) => n.target))}`);
 }
 
+/** `expect.poll` with a deadline for a loaded machine (the default second bounds nothing here). */
+const poll = <T>(read: () => Promise<T>) => expect.poll(read, { timeout: 30_000 });
+
 async function screenshot(page: Page, name: string): Promise<void> {
   if (SCREENSHOTS) await page.screenshot({ path: join(SCREENSHOTS, `${name}.png`), fullPage: true });
 }
@@ -66,6 +69,12 @@ describe("the console in Chromium", () => {
         },
         // The answer after the tool waits for the test's clock: the turn is mid-way while the connection is cut.
         { match: { tool_result_for: "bash", tool_result_contains: "allowed" }, delay: { first_byte_ms: 60_000 }, response: "Ran it." },
+        // One frame per step of the test's clock: the message can be seen half-written.
+        {
+          match: { last_user_text_contains: "stream it" },
+          delay: { chunk_ms: 60_000 },
+          response: { content: [{ type: "text", text: "First half. Second half." }], chunk_chars: 12 },
+        },
       ],
     });
     t = await startTestServer("sqlite", {
@@ -131,7 +140,7 @@ describe("the console in Chromium", () => {
     await page.getByRole("button", { name: "Send" }).click();
     const toolUse = page.locator('[data-type="agent.tool_use"]');
     await toolUse.waitFor();
-    await expect.poll(() => toolUse.textContent()).toContain("echo allowed");
+    await poll(() => toolUse.textContent()).toContain("echo allowed");
     await page.getByRole("button", { name: "Approve" }).waitFor();
     expect(await seriousViolations(page)).toEqual([]);
     await screenshot(page, "session-confirmation");
@@ -156,7 +165,7 @@ describe("the console in Chromium", () => {
     await expect
       .poll(() => page.locator("[data-event-id]").evaluateAll((els) => els.map((e) => e.getAttribute("data-event-id"))))
       .toEqual(log);
-    await expect.poll(() => page.getByTestId("session-status").textContent()).toBe("idle");
+    await poll(() => page.getByTestId("session-status").textContent()).toBe("idle");
     expect(await seriousViolations(page)).toEqual([]);
     await screenshot(page, "session");
     const approved = (await t.client.beta.sessions.events.list(sessionId, { limit: 1000 })).data.find(
@@ -178,7 +187,7 @@ describe("the console in Chromium", () => {
     // A session that does not exist: the API's refusal is shown, and the stream gives up instead of retrying.
     await page.goto(`${proxy.url}/console#/sessions/sesn_missing`);
     await page.getByRole("status").getByText("Stream ended").waitFor();
-    await expect.poll(() => page.getByRole("alert").textContent()).toContain("sesn_missing");
+    await poll(() => page.getByRole("alert").textContent()).toContain("sesn_missing");
 
     await page.getByRole("link", { name: "Conformance" }).click();
     await page.getByRole("cell", { name: "bubblewrap", exact: true }).waitFor();
@@ -211,13 +220,45 @@ describe("the console in Chromium", () => {
     await page.getByRole("link", { name: "reviewer" }).click();
     await page.getByLabel("System prompt").fill("Answer in one line.");
     await page.getByRole("button", { name: "Save new version" }).click();
-    await expect.poll(() => page.getByTestId("agent-version").textContent()).toBe("2");
+    await poll(() => page.getByTestId("agent-version").textContent()).toBe("2");
     const latest = page.locator('[data-version="2"]');
-    await expect.poll(() => latest.getByRole("row", { name: /system/ }).textContent()).toContain("Answer in one line.");
+    await poll(() => latest.getByRole("row", { name: /system/ }).textContent()).toContain("Answer in one line.");
     await page.locator('[data-version="1"]').getByText("First version.").waitFor();
     expect(await seriousViolations(page)).toEqual([]);
     await screenshot(page, "agent-versions");
     const [agent] = (await t.client.beta.agents.list()).data;
     expect(agent).toMatchObject({ name: "reviewer", version: 2, system: "Answer in one line." });
+  });
+
+  it("shows an agent message while it is written, then the final event in its place", async () => {
+    const agent = await t.client.beta.agents.create({ name: "writer", model: "claude-test-1" });
+    const environment = await t.client.beta.environments.create({ name: "writer-env" });
+    const session = await t.client.beta.sessions.create({ agent: agent.id, environment_id: environment.id, title: "streaming" });
+    // Signed in whether or not the first test ran (the key lives in the browser's storage).
+    await page.goto(`${proxy.url}/console`);
+    await page.evaluate((key) => localStorage.setItem("openma.console.apiKey", key), t.apiKey);
+    await page.goto(`${proxy.url}/console#/sessions/${session.id}`);
+    await page.reload();
+    await page.getByRole("status").getByText("Live").waitFor();
+    await page.getByLabel("Message").fill("stream it");
+    await page.getByRole("button", { name: "Send" }).click();
+    const step = async (frames: number) => {
+      for (let i = 0; i < frames; i++) {
+        await clock.untilSleeping(1);
+        clock.advance(60_000);
+      }
+    };
+    // message_start goes out at once; then ping, the text block's start and its first delta, one per step.
+    await step(3);
+    const preview = page.locator("[data-preview-id]");
+    await poll(() => preview.textContent()).toContain("First half.");
+    const previewId = await preview.getAttribute("data-preview-id");
+    expect(await page.locator('[data-type="agent.message"]').count()).toBe(0);
+    // The second delta, the block's stop, message_delta, message_stop.
+    await step(4);
+    const final = page.locator('[data-type="agent.message"]');
+    await poll(() => final.textContent()).toContain("First half. Second half.");
+    expect(await final.getAttribute("data-event-id")).toBe(previewId);
+    expect(await preview.count()).toBe(0);
   });
 });

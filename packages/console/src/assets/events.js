@@ -36,19 +36,25 @@ export function sseParser(onMessage) {
 
 /**
  * Follows `sessionId`'s log. `onChange(events)` gets the whole ordered list
- * after every change; `onState(state)` gets "connecting" | "live" |
- * "reconnecting" | "ended". Returns a function that stops following.
+ * after every change; `onPreviews(previews)` the agent messages being
+ * written ({id, text}: streamed text, not yet in the log); `onState(state)`
+ * "connecting" | "live" | "reconnecting" | "ended". Returns a function that
+ * stops following.
  */
-export function followSession(sessionId, { onChange, onState, onError }) {
+export function followSession(sessionId, { onChange, onPreviews, onState, onError }) {
   const stop = new AbortController();
   const byId = new Set();
   let events = [];
   let retryMs = RETRY_MIN_MS;
+  // Previews carry the id their final event will have; the final event replaces its preview.
+  const previews = new Map();
+  const publishPreviews = () => onPreviews?.([...previews].map(([id, text]) => ({ id, text })));
 
   const add = (event) => {
     if (!event.id || byId.has(event.id)) return false;
     byId.add(event.id);
     events.push(event);
+    if (previews.delete(event.id)) publishPreviews();
     return true;
   };
   const publish = () => onChange(events.slice());
@@ -58,6 +64,7 @@ export function followSession(sessionId, { onChange, onState, onError }) {
     const after = lastId();
     const url = new URL(`/v1/sessions/${encodeURIComponent(sessionId)}/events/stream`, location.origin);
     if (after) url.searchParams.set("after_id", after);
+    url.searchParams.set("event_deltas", "agent.message");
     const res = await fetch(url, { headers: headers({ accept: "text/event-stream" }), signal: stop.signal });
     if (!res.ok) {
       const body = await res.json().catch(() => null);
@@ -79,10 +86,22 @@ export function followSession(sessionId, { onChange, onState, onError }) {
     }
     onState("live");
     retryMs = RETRY_MIN_MS;
+    // Frames sent while disconnected are gone (a replay has only the log): a half preview would stay half.
+    previews.clear();
+    publishPreviews();
     let ended = false;
     const parse = sseParser(({ event, data }) => {
       const body = JSON.parse(data);
       if (event === "error") return onError?.(body?.error?.message ?? "stream error");
+      if (event === "event_start") {
+        if (body.event?.type === "agent.message" && !byId.has(body.event.id)) previews.set(body.event.id, "");
+        return publishPreviews();
+      }
+      if (event === "event_delta") {
+        const text = previews.get(body.event_id);
+        if (text !== undefined) previews.set(body.event_id, text + (body.delta?.content?.text ?? ""));
+        return publishPreviews();
+      }
       if (add(body)) publish();
       if (body.type === "session.deleted") ended = true;
     });

@@ -70,6 +70,7 @@ function Outputs({ sessionId, revision }) {
 export function SessionPage({ id }) {
   const [session, setSession] = useState(null);
   const [events, setEvents] = useState([]);
+  const [previews, setPreviews] = useState([]);
   const [stream, setStream] = useState("connecting");
   const [error, setError] = useState(null);
   const [message, setMessage] = useState("");
@@ -78,7 +79,7 @@ export function SessionPage({ id }) {
     api(`/v1/sessions/${encodeURIComponent(id)}`)
       .then(setSession)
       .catch((err) => setError(err.message));
-    return followSession(id, { onChange: setEvents, onState: setStream, onError: setError });
+    return followSession(id, { onChange: setEvents, onPreviews: setPreviews, onState: setStream, onError: setError });
   }, [id]);
   // The status (and usage) as of the latest status change in the timeline.
   const statusEvents = events.filter((e) => e.type.startsWith("session.status_")).length;
@@ -103,7 +104,7 @@ export function SessionPage({ id }) {
         : null
     }
     ${error ? html`<p class="error" role="alert">${error}</p>` : null}
-    <${Timeline} events=${events} />
+    <${Timeline} events=${events} previews=${previews} />
     ${pending.map((event) => html`<${ToolAnswer} key=${event.id} sessionId=${id} event=${event} onError=${setError} />`)}
     <form
       class="composer"

@@ -67,11 +67,17 @@ function kind(type) {
   return "agent";
 }
 
-export function Timeline({ events }) {
+export function Timeline({ events, previews = [] }) {
   return html`<ol class="timeline" aria-label="Session timeline">
     ${events.map(
       (event) => html`<li key=${event.id} class=${`event ${kind(event.type)}`} data-event-id=${event.id} data-type=${event.type}>
         ${body(event)}
+      </li>`,
+    )}
+    ${previews.map(
+      (preview) => html`<li key=${preview.id} class="event agent preview" data-preview-id=${preview.id}>
+        <strong>Agent</strong> <span class="muted">(writing…)</span>
+        <p class="text">${preview.text}</p>
       </li>`,
     )}
   </ol>`;
