@@ -1,7 +1,8 @@
 import { DRIVER_CONFORMANCE } from "@openma/contract/conformance";
+import { Hono } from "hono";
 import { describe, expect, it } from "vitest";
 import { conformanceRows } from "./conformance.ts";
-import { consoleRoutes } from "./index.ts";
+import { consoleRoutes, mountConsole } from "./index.ts";
 
 const app = consoleRoutes();
 const get = (path: string) => app.request(path);
@@ -57,5 +58,17 @@ describe("consoleRoutes", () => {
     if (unbuilt) expect(rows.find((r) => r.driver === unbuilt.driver)?.lanes).toEqual(unbuilt.planned?.lanes);
     if (testOnly) expect(rows.find((r) => r.driver === testOnly.driver)?.status).toBe("implemented (test only)");
     expect(unbuilt && testOnly).toBeTruthy();
+  });
+
+  it("mounts at /console, with the root URL and /console/ redirecting there", async () => {
+    const server = new Hono();
+    mountConsole(server);
+    for (const path of ["/", "/console/"]) {
+      const res = await server.request(path);
+      expect(res.status, path).toBe(302);
+      expect(res.headers.get("location")).toBe("/console");
+    }
+    expect((await server.request("/console")).status).toBe(200);
+    expect((await server.request("/console/app.js")).status).toBe(200);
   });
 });

@@ -7,7 +7,7 @@
 import { readFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { Hono } from "hono";
+import { type Env, Hono } from "hono";
 import { conformanceRows } from "./conformance.ts";
 
 const ASSETS_DIR = join(dirname(fileURLToPath(import.meta.url)), "assets");
@@ -72,4 +72,11 @@ export function consoleRoutes(): Hono {
     return file ? c.body(await file.read(), 200, headers(file.type)) : c.notFound();
   });
   return app;
+}
+
+/** Mounts the console on the server's app at `/console`; the root URL and `/console/` lead there. */
+export function mountConsole<E extends Env>(app: Hono<E>): void {
+  app.route("/console", consoleRoutes());
+  app.get("/console/", (c) => c.redirect("/console"));
+  app.get("/", (c) => c.redirect("/console"));
 }
