@@ -47,9 +47,10 @@ export function serveMetrics(storage: Storage, clock: Clock): ServeMetrics {
 export function meteredModel(model: ModelPort, metrics: OpenmaMetrics, tracer?: Tracer): ModelPort {
   return {
     retry: model.retry,
-    async send(request, signal) {
+    async send(request, signal, observer) {
       const started = performance.now();
-      const send = () => model.send(request, signal);
+      // The observer carries the stream to `event_deltas` previews: dropping it would silence them.
+      const send = () => model.send(request, signal, observer);
       const attempt = tracer
         ? await inSpan(tracer, "openma.model.request", { "gen_ai.request.model": request.model }, async (span) => {
             const a = await send();

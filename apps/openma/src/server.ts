@@ -6,6 +6,7 @@ import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { serve } from "@hono/node-server";
 import { type ApiDeps, createApp, type Logger, TransferSlots } from "@openma/api";
+import { mountConsole } from "@openma/console";
 import { ExecutionWorker } from "@openma/execution";
 import { harnessRunner } from "@openma/execution/harness-runner";
 import { createAnthropicModel } from "@openma/harness";
@@ -114,6 +115,9 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
     readiness: ready,
     ...(observed ? { metrics: { scrape: observed.prometheus.scrape, token: config.ops.metricsToken } } : {}),
   });
+
+  // The web console (packages/console): a client of the API above; the root URL leads to it.
+  mountConsole(app);
 
   const server = serve({ fetch: app.fetch, port: config.port, hostname: config.host });
   await new Promise<void>((resolve, reject) => {
