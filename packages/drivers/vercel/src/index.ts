@@ -8,7 +8,7 @@ import type { SandboxCapabilities } from "@openma/contract";
 import { type RemoteDriverOptions, RemoteSandboxDriver } from "@openma/driver-kit/remote";
 import { type VercelConfig, VercelProvider } from "./provider.ts";
 
-export { type VercelConfig, VercelProvider, routedFetch, VERCEL_API_BASE } from "./provider.ts";
+export { routedFetch, VERCEL_API_BASE, type VercelConfig, VercelProvider } from "./provider.ts";
 
 export const VERCEL_PROVIDER = "vercel";
 

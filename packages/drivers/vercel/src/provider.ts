@@ -22,18 +22,18 @@
  * `sudo` (OpenMA owns the whole sandbox); their output is the NDJSON log
  * stream, their end `GET .../cmd/{id}?wait=true`. The file API runs as the
  * sandbox's default user, so writes land in /tmp and a root command moves
- * them into place, and reads go through a root command's output.
+ * them into place, and reads fetch a copy a root command made for it.
  */
 import { randomBytes } from "node:crypto";
 import type { OutputStream } from "@openma/contract";
-import {
-  type CloudProvider,
-  type ProviderFailure,
-  type ProviderRuntime,
-  type ProviderState,
-  type RemoteCommand,
-  type RemoteEnd,
-  type RemoteSandboxApi,
+import type {
+  CloudProvider,
+  ProviderFailure,
+  ProviderRuntime,
+  ProviderState,
+  RemoteCommand,
+  RemoteEnd,
+  RemoteSandboxApi,
 } from "@openma/driver-kit/remote";
 import { APIError, type Command, Sandbox, StreamError } from "@vercel/sandbox";
 
@@ -69,8 +69,8 @@ const STAGE_DIR = "/tmp";
 const SPOOLED = 'f=$1; shift; if [ -n "$f" ]; then exec 0<"$f" || exit 127; rm -f -- "$f"; else exec 0</dev/null; fi; exec "$@"';
 /** Moves an upload staged by the default user into place, as root. */
 const PLACE = 'mkdir -p -- "$(dirname -- "$2")" && mv -f -- "$1" "$2"';
-/** A file's bytes as base64 on stdout; exit 3 when there is no such file. */
-const READ = '[ -f "$1" ] || exit 3; base64 < "$1"';
+/** A copy of a file the default user can read through the file API; exit 3 when there is no such file. */
+const STAGE_READ = '[ -f "$1" ] || exit 3; cp -- "$1" "$2" || exit 1; if [ -n "${SUDO_UID:-}" ]; then chown -- "$SUDO_UID" "$2"; fi';
 
 export function encodeLabels(labels: Readonly<Record<string, string>>): string {
   return Buffer.from(JSON.stringify(labels)).toString("base64url");
@@ -147,7 +147,8 @@ export class VercelProvider implements CloudProvider {
 
   constructor(config: VercelConfig) {
     if (!config.token) throw new Error("vercel: a token is required (VERCEL_TOKEN or VERCEL_OIDC_TOKEN)");
-    if (!config.teamId || !config.projectId) throw new Error("vercel: a team and a project are required (VERCEL_TEAM_ID, VERCEL_PROJECT_ID)");
+    if (!config.teamId || !config.projectId)
+      throw new Error("vercel: a team and a project are required (VERCEL_TEAM_ID, VERCEL_PROJECT_ID)");
     this.#config = config;
     this.#prefix = config.listPrefix ?? "openma-";
     this.#fetch = routedFetch(config.apiUrl);
@@ -178,7 +179,13 @@ export class VercelProvider implements CloudProvider {
       ...(this.#config.image ? { image: this.#config.image } : {}),
       signal: input.signal,
     });
-    return { id: sandbox.name, name: sandbox.name, labels: { ...input.labels }, state: "running", createdAt: sandbox.createdAt.toISOString() };
+    return {
+      id: sandbox.name,
+      name: sandbox.name,
+      labels: { ...input.labels },
+      state: "running",
+      createdAt: sandbox.createdAt.toISOString(),
+    };
   }
 
   async get(input: { id: string; signal: AbortSignal }): Promise<ProviderRuntime | null> {
@@ -237,7 +244,8 @@ export class VercelProvider implements CloudProvider {
     if (sandbox.status !== "running") return;
     const session = sandbox.currentSession();
     const since = (session.startedAt ?? session.requestedAt).getTime();
-    if (since + session.timeout - Date.now() < this.#timeoutMs / 2) await sandbox.extendTimeout(Math.floor(this.#timeoutMs / 2), { signal: input.signal });
+    if (since + session.timeout - Date.now() < this.#timeoutMs / 2)
+      await sandbox.extendTimeout(Math.floor(this.#timeoutMs / 2), { signal: input.signal });
   }
 
   async api(input: { id: string; signal: AbortSignal }): Promise<RemoteSandboxApi> {
@@ -264,12 +272,12 @@ export class VercelProvider implements CloudProvider {
 
 const stagePath = (what: string) => `${STAGE_DIR}/openma-${what}-${randomBytes(12).toString("hex")}`;
 
-/** Runs a short root command to its end and returns its stdout; throws unless it exited 0 (or `allowed`). */
+/** Runs a short root command to its end; throws unless it exited 0 (or `allowed`). */
 async function rootCommand(sandbox: Sandbox, script: string, args: string[], signal: AbortSignal, allowed: number[] = []) {
   const done = await sandbox.runCommand({ cmd: "/bin/sh", args: ["-c", script, "openma", ...args], sudo: true, signal });
-  const [stdout, stderr] = await Promise.all([done.stdout({ signal }), done.stderr({ signal })]);
-  if (done.exitCode !== 0 && !allowed.includes(done.exitCode)) throw new Error(stderr.trim() || `exit code ${done.exitCode}`);
-  return { exitCode: done.exitCode, stdout };
+  if (done.exitCode !== 0 && !allowed.includes(done.exitCode))
+    throw new Error((await done.stderr({ signal })).trim() || `exit code ${done.exitCode}`);
+  return { exitCode: done.exitCode };
 }
 
 function vercelApi(sandbox: Sandbox): RemoteSandboxApi {
@@ -277,8 +285,16 @@ function vercelApi(sandbox: Sandbox): RemoteSandboxApi {
     stdinEof: true,
     start: async ({ argv, onOutput }) => new SpooledCommand(sandbox, argv, onOutput),
     async readFile(path, signal) {
-      const read = await rootCommand(sandbox, READ, [path], signal, [3]);
-      return read.exitCode === 3 ? null : new Uint8Array(Buffer.from(read.stdout, "base64"));
+      const staged = stagePath("download");
+      const copied = await rootCommand(sandbox, STAGE_READ, [path, staged], signal, [3]);
+      if (copied.exitCode === 3) return null;
+      try {
+        const content = await sandbox.readFileToBuffer({ path: staged }, { signal });
+        if (content === null) throw new Error(`the staged copy of ${path} disappeared`);
+        return new Uint8Array(content);
+      } finally {
+        void rootCommand(sandbox, 'rm -f -- "$1"', [staged], AbortSignal.timeout(60_000)).catch(() => {});
+      }
     },
     async writeFile(path, content, signal) {
       const staged = stagePath("upload");

@@ -109,7 +109,13 @@ export class SandboxTable {
     return session;
   }
 
-  async create(input: { name: string; projectId: string; tags: Record<string, string>; timeout: number; image?: string }): Promise<SandboxRecord> {
+  async create(input: {
+    name: string;
+    projectId: string;
+    tags: Record<string, string>;
+    timeout: number;
+    image?: string;
+  }): Promise<SandboxRecord> {
     const box = await this.boxes.create("vc-");
     const session = this.#newSession(input.name, input.timeout);
     const now = Date.now();
@@ -157,7 +163,10 @@ export class SandboxTable {
   }
 
   /** Starts `cmd args...` in the session's box (no stdin: the platform has none for commands). */
-  async run(record: SandboxRecord, input: { cmd: string; args: string[]; cwd: string; env: Record<string, string> }): Promise<CommandRecord> {
+  async run(
+    record: SandboxRecord,
+    input: { cmd: string; args: string[]; cwd: string; env: Record<string, string> },
+  ): Promise<CommandRecord> {
     const session = record.session;
     const logs: LogLine[] = [];
     const listeners = new Set<LogListener>();

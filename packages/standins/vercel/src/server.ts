@@ -173,7 +173,10 @@ export async function startVercelStandIn(options: VercelStandInOptions = {}): Pr
     });
     const page = matching.slice(0, limit);
     const more = matching.length > limit;
-    return c.json({ sandboxes: page.map(sandboxJson), pagination: { count: page.length, next: more ? (page.at(-1)?.name ?? null) : null } });
+    return c.json({
+      sandboxes: page.map(sandboxJson),
+      pagination: { count: page.length, next: more ? (page.at(-1)?.name ?? null) : null },
+    });
   });
 
   const named = (c: Ctx) => table.get(c.req.param("name") ?? "");
@@ -267,7 +270,8 @@ export async function startVercelStandIn(options: VercelStandInOptions = {}): Pr
 
   app.post(`${base}/cmd`, async (c) => {
     const body = (await c.req.json().catch(() => null)) as Record<string, unknown> | null;
-    if (body === null || typeof body.command !== "string" || body.command === "") return apiError(c, 400, "bad_request", "command is required");
+    if (body === null || typeof body.command !== "string" || body.command === "")
+      return apiError(c, 400, "bad_request", "command is required");
     const args = body.args ?? [];
     if (!Array.isArray(args) || !args.every((a) => typeof a === "string")) return apiError(c, 400, "bad_request", "args must be strings");
     const env = body.env ?? {};
