@@ -70,7 +70,7 @@ const SPOOLED = 'f=$1; shift; if [ -n "$f" ]; then exec 0<"$f" || exit 127; rm -
 /** Moves an upload staged by the default user into place, as root. */
 const PLACE = 'mkdir -p -- "$(dirname -- "$2")" && mv -f -- "$1" "$2"';
 /** A copy of a file the default user can read through the file API; exit 3 when there is no such file. */
-const STAGE_READ = '[ -f "$1" ] || exit 3; cp -- "$1" "$2" || exit 1; if [ -n "${SUDO_UID:-}" ]; then chown -- "$SUDO_UID" "$2"; fi';
+const STAGE_READ = '[ -f "$1" ] || exit 3; cp -- "$1" "$2" || exit 1; if [ -n "$SUDO_UID" ]; then chown -- "$SUDO_UID" "$2"; fi';
 
 export function encodeLabels(labels: Readonly<Record<string, string>>): string {
   return Buffer.from(JSON.stringify(labels)).toString("base64url");

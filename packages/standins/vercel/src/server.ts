@@ -336,8 +336,8 @@ export async function startVercelStandIn(options: VercelStandInOptions = {}): Pr
    */
   function logStream(c: Ctx, command: CommandRecord, frame: { head?: unknown; tail?: () => unknown }): Response {
     const socket = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming?.socket;
+    // Every stream of the command is cut (the SDK retries a request that never got its headers).
     const cut = command.cutAfterBytes;
-    command.cutAfterBytes = undefined;
     let controller!: ReadableStreamDefaultController<Uint8Array>;
     let open = true;
     let sent = 0;
