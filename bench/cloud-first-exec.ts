@@ -2,7 +2,7 @@
  * Session create → first tool result on each cloud driver, against the same
  * vendor stand-in driven directly through the vendor's SDK:
  * `npx tsx bench/cloud-first-exec.ts [runs=10]` (env `BENCH_WARMUP`,
- * default 2; `BENCH_VENDORS=e2b,daytona,sprites,blaxel`). Needs Docker with the
+ * default 2; `BENCH_VENDORS=e2b,daytona,sprites,blaxel,vercel`). Needs Docker with the
  * sandbox images (the stand-ins run real containers).
  *
  * Per vendor it starts the stand-in in this process and a real `openma
@@ -18,7 +18,8 @@
  *   sdk   the vendor's SDK alone against the same stand-in: create a sandbox
  *         and run `true` in it (E2B `Sandbox.create` + `commands.run`,
  *         Daytona `create` + `process.executeCommand`, Sprites
- *         `createSprite` + `execFile`); the removal that follows is not
+ *         `createSprite` + `execFile`, Vercel `Sandbox.create` routed by its
+ *         per-call `fetch` + `runCommand`); the removal that follows is not
  *         counted.
  *
  * The ratio host / sdk is what OpenMA adds on top of the provider's own
@@ -31,8 +32,10 @@ import { cpus } from "node:os";
 import { initialize, SandboxInstance } from "@blaxel/core";
 import { Daytona } from "@daytonaio/sdk";
 import { SpritesClient } from "@fly/sprites";
+import { routedFetch } from "@openma/driver-vercel";
 import { startScriptedModel } from "@openma/scripted-model";
 import type { CloudStandIn } from "@openma/standin-kit";
+import { Sandbox as VercelSandbox } from "@vercel/sandbox";
 import { Sandbox } from "e2b";
 import { startServeProcess } from "../test/support/child-server.ts";
 import { startVendorStandIn, VENDORS, type Vendor } from "../test/support/cloud.ts";
@@ -60,6 +63,18 @@ async function sdkOnce(vendor: Vendor, standIn: CloudStandIn): Promise<{ ms: num
     initialize({ apikey: env.BL_API_KEY, workspace: env.BL_WORKSPACE, disableH2: true });
     const sandbox = await SandboxInstance.create({ name: `bench-${randomBytes(6).toString("hex")}`, region: env.BL_REGION });
     await sandbox.process.exec({ command: "true", waitForCompletion: true });
+    return { ms: performance.now() - t0, cleanup: () => sandbox.delete() };
+  }
+  if (vendor === "vercel") {
+    const sandbox = await VercelSandbox.create({
+      token: env.VERCEL_TOKEN as string,
+      teamId: env.VERCEL_TEAM_ID as string,
+      projectId: env.VERCEL_PROJECT_ID as string,
+      fetch: routedFetch(env.OPENMA_VERCEL_API_URL),
+      name: `bench-${randomBytes(6).toString("hex")}`,
+      persistent: true,
+    });
+    await sandbox.runCommand("true");
     return { ms: performance.now() - t0, cleanup: () => sandbox.delete() };
   }
   const client = new SpritesClient(env.SPRITES_TOKEN as string, { baseURL: env.SPRITES_API_URL });

@@ -111,8 +111,9 @@ async function firstTurn(tools: Tools, input: HarnessRunInput): Promise<void> {
 interface Row {
   name: string;
   script: Script;
-  /** Queued before the run starts (create faults). */
+  /** Queued before the run starts (create faults), for this many requests. */
   before?: Fault;
+  beforeTimes?: number;
   expect(result: RuntimeRunResult, harness: ScriptedHarness): void;
   /** The run leaves an orphan record the reaper must resolve. */
   orphan?: boolean;
@@ -132,10 +133,13 @@ const failedAt = (stage: string) => (result: RuntimeRunResult) => {
 function rows(vendor: Vendor): Row[] {
   // E2B's SDK honours Retry-After on its control plane and retries the create itself.
   const retriesOn429 = vendor === "e2b";
+  // Vercel's SDK retries a 5xx or 429 twice itself: an outage there lasts for all three attempts.
+  const attempts = vendor === "vercel" ? 3 : 1;
   return [
     {
       name: "create answers 503",
       before: { op: "create", kind: "status", status: 503 },
+      beforeTimes: attempts,
       script: completedSimply,
       expect: (result) => {
         failedAt("acquire_compute")(result);
@@ -146,6 +150,7 @@ function rows(vendor: Vendor): Row[] {
     {
       name: "create answers 429 with Retry-After",
       before: { op: "create", kind: "rate_limited", retryAfterSeconds: 1 },
+      beforeTimes: attempts,
       script: completedSimply,
       expect: (result) => (retriesOn429 ? expect(result).toMatchObject({ type: "completed" }) : failedAt("acquire_compute")(result)),
       revision: retriesOn429 ? 2 : null,
@@ -164,7 +169,7 @@ function rows(vendor: Vendor): Row[] {
       name: "exec answers 500 mid-turn",
       script: async ({ tools, input, standIn }) => {
         await firstTurn(tools, input);
-        void standIn.inject({ op: "exec", kind: "status", status: 500 });
+        void standIn.inject({ op: "exec", kind: "status", status: 500 }, attempts);
         const second = await tools.exec("echo turn-2 > /workspace/notes.txt");
         return ok(second) ? { type: "completed" } : { type: "failed", error: `turn 2: ${second.type}` };
       },
@@ -215,7 +220,7 @@ function rows(vendor: Vendor): Row[] {
       name: "a file read answers 500 mid-turn",
       script: async ({ tools, input, standIn }) => {
         await firstTurn(tools, input);
-        void standIn.inject({ op: "files", kind: "status", status: 500 });
+        void standIn.inject({ op: "files", kind: "status", status: 500 }, attempts);
         const read = await tools.read("/workspace/notes.txt");
         return read === null ? { type: "failed", error: "reading notes.txt failed" } : { type: "completed" };
       },
@@ -229,7 +234,7 @@ function rows(vendor: Vendor): Row[] {
       name: "the hard kill answers 500",
       script: async ({ tools, input, standIn }) => {
         await firstTurn(tools, input);
-        void standIn.inject({ op: "kill", kind: "status", status: 500 });
+        void standIn.inject({ op: "kill", kind: "status", status: 500 }, attempts);
         return { type: "completed" };
       },
       expect: (result) => expect(result).toMatchObject({ type: "completed", cleanup: { compute: "orphaned" } }),
@@ -293,7 +298,7 @@ export function describeChaos(vendor: Vendor): void {
         timings: TIMINGS,
       });
       const scope = { environmentId: "env_chaos", sessionId: `sesn_${randomBytes(6).toString("hex")}` };
-      if (row.before) void standIn.inject(row.before);
+      if (row.before) void standIn.inject(row.before, row.beforeTimes);
       const result = await host.run({ scope, profile: AMA_WORKER_PROFILE });
       try {
         row.expect(result, harness);

@@ -20,6 +20,9 @@
  *   Bearer` with `X-Blaxel-Workspace`): `POST /sandboxes`, `DELETE
  *   /sandboxes/{sandboxName}`; sandbox-api (the sandbox's URL,
  *   `run.blaxel.ai/{workspace}/sandboxes/{name}`, same headers): `POST /process`.
+ * - Vercel Sandbox: REST API reference (vercel.com/api, `Authorization:
+ *   Bearer` with `?teamId=`): `POST /v3/sandboxes`, `POST
+ *   /v2/sandboxes/sessions/{sessionId}/cmd`, `DELETE /v2/sandboxes/{name}`.
  */
 import type { CloudStandIn, RecordedRequest } from "@openma/standin-kit";
 import { afterEach, describe, expect, it } from "vitest";
@@ -64,6 +67,13 @@ const DOCUMENTED: Record<Vendor, Documented & { execAuth?: string }> = {
     exec: { method: "POST", path: /^\/run\/[a-z0-9-]+\/sandboxes\/[a-z0-9-]+\/process$/ },
     kill: { method: "DELETE", path: /^\/v0\/sandboxes\/[a-z0-9-]+$/ },
     userAgent: /^blaxel\/sdk\/typescript\/0\.3\./,
+  },
+  vercel: {
+    auth: "authorization",
+    create: { method: "POST", path: /^\/api\/v3\/sandboxes$/ },
+    exec: { method: "POST", path: /^\/api\/v2\/sandboxes\/sessions\/[A-Za-z0-9_-]+\/cmd$/ },
+    kill: { method: "DELETE", path: /^\/api\/v2\/sandboxes\/[a-z0-9-]+$/ },
+    userAgent: /^vercel\/sandbox\/3\.5\./,
   },
 };
 
@@ -114,6 +124,8 @@ describe.each(VENDORS)("the official %s SDK on the wire", (vendor) => {
     if (vendor === "e2b") for (const request of execs) expect(request.headerNames).toContain("e2b-sandbox-id");
     if (vendor === "blaxel")
       for (const request of [...created, ...execs, ...kills]) expect(request.headerNames).toContain("x-blaxel-workspace");
+    if (vendor === "vercel")
+      for (const request of [...created, ...execs, ...kills]) expect(request.query).toMatch(/[?&]teamId=team_standin(&|$)/);
     if (documented.userAgent) for (const request of [...created, ...kills]) expect(request.userAgent).toMatch(documented.userAgent);
 
     // Nothing the SDK sent was refused, and nothing was left behind.

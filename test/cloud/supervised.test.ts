@@ -12,6 +12,7 @@ import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { ManagedRuntimeProfile } from "@openma/contract";
+import { conformanceOf } from "@openma/contract/conformance";
 import { ManagedRuntimeHost, type RuntimeRunResult } from "@openma/host";
 import { type OutputEntry, outputManifestKey, parseOutputManifest } from "@openma/persistence";
 import { RemoteCheckpointWorkspace, RemoteSessionOutputs } from "@openma/remote-bindings";
@@ -29,7 +30,10 @@ import { startVendorStandIn, VENDORS, vendorDriver } from "../support/cloud.ts";
 const never = () => new AbortController().signal;
 const sha256 = (text: string) => createHash("sha256").update(text).digest("hex");
 
-describe.each(VENDORS)("openma_supervised on the %s driver", (vendor) => {
+/** The vendors whose conformance row offers the lane (Vercel's commands take no streaming stdin: `ama_worker` only). */
+const SUPERVISED = VENDORS.filter((vendor) => conformanceOf(vendor)?.capabilities.lanes.includes("openma_supervised"));
+
+describe.each(SUPERVISED)("openma_supervised on the %s driver", (vendor) => {
   let standIn: CloudStandIn;
   let storage: TestStorage;
   let root: string;

@@ -11,6 +11,9 @@
  *   the files back, not the process.
  * - Blaxel: archive keeps the filesystem and ends every process (the
  *   sandbox is shut down); unarchive brings the files back, not the process.
+ * - Vercel: stop snapshots a persistent sandbox's filesystem and ends its
+ *   session; the next acquire restores the snapshot into a new session, the
+ *   files back, not the process.
  * - Sprites: the platform sleeps on its own (the driver's suspend asks
  *   nothing); warm keeps the process frozen and a request wakes it, cold
  *   keeps only the filesystem.
@@ -94,7 +97,7 @@ async function terminate(vendor: Vendor, standIn: CloudStandIn, run: Started): P
   expect(await processesMentioning(run.marker)).toEqual([]);
 }
 
-describe.each(["e2b", "daytona", "blaxel"] as const)("suspend and resume on %s", (vendor) => {
+describe.each(["e2b", "daytona", "blaxel", "vercel"] as const)("suspend and resume on %s", (vendor) => {
   let standIn: CloudStandIn;
   beforeAll(async () => {
     standIn = await startVendorStandIn(vendor);

@@ -14,6 +14,7 @@ import { DAYTONA_SANDBOX_CAPABILITIES } from "@openma/driver-daytona";
 import { E2B_SANDBOX_CAPABILITIES } from "@openma/driver-e2b";
 import { NODE_DOCKER_SANDBOX_CAPABILITIES } from "@openma/driver-node-docker";
 import { SPRITES_SANDBOX_CAPABILITIES } from "@openma/driver-sprites";
+import { VERCEL_SANDBOX_CAPABILITIES } from "@openma/driver-vercel";
 import { RemoteCheckpointWorkspace, RemoteSessionOutputs } from "@openma/remote-bindings";
 import { FsBlobStore } from "@openma/storage/blobs";
 import { realScheduler } from "@openma/time";
@@ -67,20 +68,25 @@ describe("the table against the drivers it describes", () => {
     ["daytona", DAYTONA_SANDBOX_CAPABILITIES],
     ["sprites", SPRITES_SANDBOX_CAPABILITIES],
     ["blaxel", BLAXEL_SANDBOX_CAPABILITIES],
-  ] as const)("%s: the table says what the driver and the remote workspace and output ports declare", (driver, declared) => {
-    const caps = entry(driver).capabilities;
-    const never = () => {
-      throw new Error("not used");
-    };
-    const store = new FsBlobStore("/nonexistent-never-created");
-    const composed = composeCapabilities({
-      sandbox: { capabilities: declared },
-      workspace: new RemoteCheckpointWorkspace({ root: "/nonexistent", store, tools: never }),
-      outputs: new RemoteSessionOutputs({ root: "/nonexistent", store, scheduler: realScheduler, tools: never }),
-      lanes: ["ama_worker", "openma_supervised"],
-    });
-    expect(caps).toEqual(composed);
-  });
+    // No streaming stdin: the `ama_worker` lane only.
+    ["vercel", VERCEL_SANDBOX_CAPABILITIES, ["ama_worker"]],
+  ] as const)(
+    "%s: the table says what the driver and the remote workspace and output ports declare",
+    (driver, declared, lanes?: readonly ("ama_worker" | "openma_supervised")[]) => {
+      const caps = entry(driver).capabilities;
+      const never = () => {
+        throw new Error("not used");
+      };
+      const store = new FsBlobStore("/nonexistent-never-created");
+      const composed = composeCapabilities({
+        sandbox: { capabilities: declared },
+        workspace: new RemoteCheckpointWorkspace({ root: "/nonexistent", store, tools: never }),
+        outputs: new RemoteSessionOutputs({ root: "/nonexistent", store, scheduler: realScheduler, tools: never }),
+        lanes: lanes ?? ["ama_worker", "openma_supervised"],
+      });
+      expect(caps).toEqual(composed);
+    },
+  );
 
   it("every implemented entry names a package that exists", () => {
     for (const e of DRIVER_CONFORMANCE.filter((x) => x.implemented)) {

@@ -9,13 +9,15 @@ import { createDaytonaDriver, daytonaConfigFromEnv } from "@openma/driver-dayton
 import { createE2BDriver, e2bConfigFromEnv } from "@openma/driver-e2b";
 import type { RemoteDriverOptions, RemoteSandboxDriver } from "@openma/driver-kit/remote";
 import { createSpritesDriver, spritesConfigFromEnv } from "@openma/driver-sprites";
+import { createVercelDriver, vercelConfigFromEnv } from "@openma/driver-vercel";
 import { startBlaxelStandIn } from "@openma/standin-blaxel";
 import { startDaytonaStandIn } from "@openma/standin-daytona";
 import { startE2BStandIn } from "@openma/standin-e2b";
 import type { CloudStandIn } from "@openma/standin-kit";
 import { startSpritesStandIn } from "@openma/standin-sprites";
+import { startVercelStandIn } from "@openma/standin-vercel";
 
-export const VENDORS = ["e2b", "daytona", "sprites", "blaxel"] as const;
+export const VENDORS = ["e2b", "daytona", "sprites", "blaxel", "vercel"] as const;
 export type Vendor = (typeof VENDORS)[number];
 
 export function startVendorStandIn(vendor: Vendor): Promise<CloudStandIn> {
@@ -28,6 +30,8 @@ export function startVendorStandIn(vendor: Vendor): Promise<CloudStandIn> {
       return startSpritesStandIn();
     case "blaxel":
       return startBlaxelStandIn();
+    case "vercel":
+      return startVercelStandIn();
   }
 }
 
@@ -49,5 +53,7 @@ export function vendorDriver(vendor: Vendor, standIn: CloudStandIn, options: Rem
       return createSpritesDriver(configured(spritesConfigFromEnv(env)), options);
     case "blaxel":
       return createBlaxelDriver(configured(blaxelConfigFromEnv(env)), options);
+    case "vercel":
+      return createVercelDriver(configured(vercelConfigFromEnv(env)), options);
   }
 }

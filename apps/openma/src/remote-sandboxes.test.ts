@@ -4,7 +4,7 @@
  * (missing variables, then one real listing through the SDK), serve's
  * per-session sandboxes on a cloud driver, and `openma standin` — against
  * the Sprites stand-in (real local containers behind it), and the doctor
- * against the Blaxel stand-in.
+ * against the Blaxel and Vercel stand-ins.
  */
 import { silentLogger } from "@openma/api";
 import type { CloudStandIn } from "@openma/standin-kit";
@@ -108,5 +108,42 @@ describe("against the Blaxel stand-in", () => {
     expect(reached).toMatchObject([{ id: "sandbox:blaxel", status: "ok", facts: { owned: 0 } }]);
     const wrong = await checkRemoteSandboxes({ ...standIn.env, BL_API_KEY: "wrong-key" }, 5_000);
     expect(wrong).toMatchObject([{ id: "sandbox:blaxel", status: "warn" }]);
+  });
+});
+
+describe("the vercel driver's configuration", () => {
+  it("takes an access token with its team and project, or an OIDC token that names both", async () => {
+    const { vercelConfigFromEnv } = await import("@openma/driver-vercel");
+    expect(missingVariables("vercel", {})).toEqual(["VERCEL_TOKEN or VERCEL_OIDC_TOKEN"]);
+    expect(vercelConfigFromEnv({ VERCEL_TOKEN: "t" })).toEqual({ missing: ["VERCEL_TEAM_ID", "VERCEL_PROJECT_ID"] });
+    const claims = Buffer.from(JSON.stringify({ owner_id: "team_oidc", project_id: "prj_oidc" })).toString("base64url");
+    expect(vercelConfigFromEnv({ VERCEL_OIDC_TOKEN: `h.${claims}.s` })).toMatchObject({
+      token: `h.${claims}.s`,
+      teamId: "team_oidc",
+      projectId: "prj_oidc",
+    });
+    expect(() => vercelConfigFromEnv({ VERCEL_OIDC_TOKEN: "not-a-jwt" })).toThrow(/not a Vercel OIDC token/);
+    expect(() => vercelConfigFromEnv({ VERCEL_TOKEN: "t", OPENMA_VERCEL_SESSION_TIMEOUT_MS: "5" })).toThrow(/at least 60000/);
+    expect(loadConfig({ SANDBOX_PROVIDER: "vercel" }).brain.sandbox).toBe("vercel");
+  });
+});
+
+describe("against the Vercel stand-in", () => {
+  let standIn: CloudStandIn;
+  beforeAll(async () => {
+    standIn = (await startStandIn("vercel", { PORT: "0" })) as CloudStandIn;
+  });
+  afterAll(async () => {
+    await standIn?.close();
+  });
+
+  it("doctor reaches it through @vercel/sandbox (routed by its per-call fetch), and says so when the token is wrong", async () => {
+    expect(describeStandIn(standIn)).toContain(`export OPENMA_VERCEL_API_URL=${standIn.url}/api`);
+    const missing = await checkRemoteSandboxes({ OPENMA_SANDBOX: "vercel" }, 5_000);
+    expect(missing).toMatchObject([{ id: "sandbox:vercel", status: "missing" }]);
+    const reached = await checkRemoteSandboxes({ OPENMA_SANDBOX: "vercel", ...standIn.env }, 5_000);
+    expect(reached).toMatchObject([{ id: "sandbox:vercel", status: "ok", facts: { owned: 0 } }]);
+    const wrong = await checkRemoteSandboxes({ ...standIn.env, VERCEL_TOKEN: "wrong-token" }, 5_000);
+    expect(wrong).toMatchObject([{ id: "sandbox:vercel", status: "warn" }]);
   });
 });

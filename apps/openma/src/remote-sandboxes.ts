@@ -14,7 +14,7 @@ import type { RemoteRuntimeHostDriver, RemoteSandboxDriver } from "@openma/runti
 import type { DoctorCheck } from "./doctor.ts";
 import { type SandboxBackend, type ServeSandboxes, type ServeSandboxOptions, sessionSandboxes } from "./sandbox.ts";
 
-export const REMOTE_SANDBOX_DRIVERS = ["e2b", "daytona", "sprites", "blaxel"] as const;
+export const REMOTE_SANDBOX_DRIVERS = ["e2b", "daytona", "sprites", "blaxel", "vercel"] as const;
 export type RemoteSandboxName = (typeof REMOTE_SANDBOX_DRIVERS)[number];
 
 export function isRemoteSandbox(name: string | undefined): name is RemoteSandboxName {
@@ -79,6 +79,16 @@ export const REMOTE_DRIVERS: Record<RemoteSandboxName, RemoteDriverRow> = {
     async open(env, options) {
       const { blaxelConfigFromEnv, createBlaxelDriver } = await import("@openma/driver-blaxel");
       return createBlaxelDriver(configured(blaxelConfigFromEnv(env)), options);
+    },
+  },
+  vercel: {
+    title: "Vercel Sandbox",
+    // An access token with VERCEL_TEAM_ID and VERCEL_PROJECT_ID, or an OIDC token that names both.
+    required: [["VERCEL_TOKEN", "VERCEL_OIDC_TOKEN"]],
+    optional: ["VERCEL_TEAM_ID", "VERCEL_PROJECT_ID", "OPENMA_VERCEL_API_URL", "OPENMA_VERCEL_IMAGE", "OPENMA_VERCEL_SESSION_TIMEOUT_MS"],
+    async open(env, options) {
+      const { createVercelDriver, vercelConfigFromEnv } = await import("@openma/driver-vercel");
+      return createVercelDriver(configured(vercelConfigFromEnv(env)), options);
     },
   },
 };

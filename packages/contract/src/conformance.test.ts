@@ -64,7 +64,7 @@ describe("the conformance table", () => {
     );
     expect(bestEffort.sort()).toEqual(["boxrun", "litebox"]);
     const amaOnly = DRIVER_CONFORMANCE.filter((e) => e.planned && e.planned.lanes.length === 1).map((e) => e.driver);
-    expect(amaOnly.sort()).toEqual(["cloudflare-bridge", "vercel"]);
+    expect(amaOnly.sort()).toEqual(["cloudflare-bridge"]);
   });
 
   it("describes bubblewrap as built: both lanes, no suspend, durable workspace, enforced egress", () => {
@@ -118,10 +118,10 @@ describe("the conformance table", () => {
 describe("conformanceIssues, every rule", () => {
   it("flags planned/provider mismatches, contradictory facts and implemented/unimplemented inconsistencies", () => {
     const bubblewrap = conformanceOf("bubblewrap") as DriverConformance;
-    const vercel = conformanceOf("vercel") as DriverConformance;
+    const unbuilt = conformanceOf("aws-microvm") as DriverConformance;
     const caps = bubblewrap.capabilities;
     const table: DriverConformance[] = [
-      { ...vercel, planned: { ...claimsNothing("modal") } },
+      { ...unbuilt, planned: { ...claimsNothing("modal") } },
       {
         ...bubblewrap,
         driver: "a",
@@ -129,11 +129,11 @@ describe("conformanceIssues, every rule", () => {
       },
       { ...bubblewrap, driver: "b", capabilities: { ...caps, provider: "b" }, package: null },
       { ...bubblewrap, driver: "c", capabilities: { ...caps, provider: "c" }, planned: claimsNothing("c") },
-      { ...vercel, driver: "d", capabilities: claimsNothing("d"), planned: null, package: "packages/drivers/d" },
-      { ...vercel, driver: "f", capabilities: claimsNothing("f"), planned: null, package: null, toolSandbox: true },
+      { ...unbuilt, driver: "d", capabilities: claimsNothing("d"), planned: null, package: "packages/drivers/d" },
+      { ...unbuilt, driver: "f", capabilities: claimsNothing("f"), planned: null, package: null, toolSandbox: true },
     ];
     expect(conformanceIssues(table)).toEqual([
-      "vercel: planned.provider is modal",
+      "aws-microvm: planned.provider is modal",
       "a: facts both had and lacked: duplex_process",
       "b: implemented without a package",
       "c: implemented entries describe themselves in capabilities, not planned",

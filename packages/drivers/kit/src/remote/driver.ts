@@ -297,6 +297,7 @@ export class RemoteSandboxDriver implements ManagedSandboxPort, SandboxInventory
       {
         ...this.#options.tools,
         ...options,
+        ...(this.provider.streamingStdin === false ? { streamingStdin: false } : {}),
       },
     );
   }

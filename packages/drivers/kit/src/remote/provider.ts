@@ -45,6 +45,12 @@ export interface CloudProvider {
   /** Whether its exec API can close a running command's stdin (see RemoteSandboxApi). */
   readonly stdinEof: boolean;
   /**
+   * False when stdin can only be delivered whole, before the command starts
+   * (Vercel spools it): the tool port then offers no long-lived process.
+   * Absent means true.
+   */
+  readonly streamingStdin?: boolean;
+  /**
    * The runtime a previous acquire with this stable name made, or null. By
    * name where the provider has names; by the acquire's labels otherwise.
    */

@@ -40,6 +40,13 @@ export interface RemoteToolSandboxOptions {
   env?: Readonly<Record<string, string>>;
   /** Bound on starting a command and on each file transfer (default 120 s). */
   callTimeoutMs?: number;
+  /**
+   * False for a provider that cannot stream stdin into a running command
+   * (Vercel): the port then has no long-lived process, and the harness's
+   * `bash` runs each command in a fresh shell instead of waiting on one
+   * that never gets its input.
+   */
+  streamingStdin?: boolean;
 }
 
 const describe = (err: unknown) => (err instanceof Error ? err.message : String(err));
@@ -50,6 +57,8 @@ export class RemoteToolSandbox implements ToolSandboxPort {
   readonly #env: Readonly<Record<string, string>>;
   readonly #files: ShellFiles;
   readonly #callTimeoutMs: number;
+  /** The port's long-lived process (the persistent shell of `bash`); absent without streaming stdin. */
+  readonly spawnProcess?: (input: SandboxSpawnInput) => Promise<SandboxSpawnResult>;
 
   constructor(
     private readonly api: RemoteSandboxApi,
@@ -59,6 +68,7 @@ export class RemoteToolSandbox implements ToolSandboxPort {
     this.#runDir = options.runDir ?? DEFAULT_RUN_DIR;
     this.#env = options.env ?? {};
     this.#callTimeoutMs = options.callTimeoutMs ?? 120_000;
+    if (options.streamingStdin !== false) this.spawnProcess = (input) => spawnSandboxProcess(this, input);
     this.#files = new ShellFiles((script, args, signal, stdin, maxOutputBytes = 64 * 1024) =>
       this.exec({
         command: ["/bin/sh", "-c", script, "openma-file", ...args],
@@ -69,11 +79,6 @@ export class RemoteToolSandbox implements ToolSandboxPort {
         maxOutputBytes,
       }),
     );
-  }
-
-  /** The port's long-lived process (the persistent shell of `bash`). */
-  spawnProcess(input: SandboxSpawnInput): Promise<SandboxSpawnResult> {
-    return spawnSandboxProcess(this, input);
   }
 
   /** A duplex process: stream stdin with `write`, read output through `onOutput`, await `done`. */
