@@ -20,6 +20,12 @@
  *   Bearer` with `X-Blaxel-Workspace`): `POST /sandboxes`, `DELETE
  *   /sandboxes/{sandboxName}`; sandbox-api (the sandbox's URL,
  *   `run.blaxel.ai/{workspace}/sandboxes/{name}`, same headers): `POST /process`.
+ * - Modal: gRPC over HTTP/2 (every call a `POST /<package>.<Service>/<Method>`):
+ *   `modal.client.ModalClient/SandboxCreateV2` and `/SandboxTerminateV2` with
+ *   the token pair (`x-modal-token-id`, `x-modal-token-secret`) and the
+ *   short-lived `x-modal-auth-token` from `AuthTokenGet`; exec on the task's
+ *   command router, `modal.task_command_router.TaskCommandRouter/TaskExecStart`,
+ *   with the router JWT as `authorization: Bearer`.
  */
 import type { CloudStandIn, RecordedRequest } from "@openma/standin-kit";
 import { afterEach, describe, expect, it } from "vitest";
@@ -64,6 +70,14 @@ const DOCUMENTED: Record<Vendor, Documented & { execAuth?: string }> = {
     exec: { method: "POST", path: /^\/run\/[a-z0-9-]+\/sandboxes\/[a-z0-9-]+\/process$/ },
     kill: { method: "DELETE", path: /^\/v0\/sandboxes\/[a-z0-9-]+$/ },
     userAgent: /^blaxel\/sdk\/typescript\/0\.3\./,
+  },
+  modal: {
+    auth: "x-modal-token-id",
+    execAuth: "authorization",
+    create: { method: "POST", path: /^\/modal\.client\.ModalClient\/SandboxCreateV2$/ },
+    exec: { method: "POST", path: /^\/modal\.task_command_router\.TaskCommandRouter\/TaskExecStart$/ },
+    kill: { method: "POST", path: /^\/modal\.client\.ModalClient\/SandboxTerminateV2$/ },
+    userAgent: /^grpc-node-js\//,
   },
 };
 
@@ -114,6 +128,11 @@ describe.each(VENDORS)("the official %s SDK on the wire", (vendor) => {
     if (vendor === "e2b") for (const request of execs) expect(request.headerNames).toContain("e2b-sandbox-id");
     if (vendor === "blaxel")
       for (const request of [...created, ...execs, ...kills]) expect(request.headerNames).toContain("x-blaxel-workspace");
+    if (vendor === "modal")
+      for (const request of [...created, ...kills])
+        expect(request.headerNames).toEqual(
+          expect.arrayContaining(["x-modal-token-secret", "x-modal-auth-token", "x-modal-client-version"]),
+        );
     if (documented.userAgent) for (const request of [...created, ...kills]) expect(request.userAgent).toMatch(documented.userAgent);
 
     // Nothing the SDK sent was refused, and nothing was left behind.

@@ -12,6 +12,7 @@ import { BLAXEL_SANDBOX_CAPABILITIES } from "@openma/driver-blaxel";
 import { BubblewrapSandbox } from "@openma/driver-bubblewrap";
 import { DAYTONA_SANDBOX_CAPABILITIES } from "@openma/driver-daytona";
 import { E2B_SANDBOX_CAPABILITIES } from "@openma/driver-e2b";
+import { MODAL_SANDBOX_CAPABILITIES } from "@openma/driver-modal";
 import { NODE_DOCKER_SANDBOX_CAPABILITIES } from "@openma/driver-node-docker";
 import { SPRITES_SANDBOX_CAPABILITIES } from "@openma/driver-sprites";
 import { RemoteCheckpointWorkspace, RemoteSessionOutputs } from "@openma/remote-bindings";
@@ -35,9 +36,9 @@ describe("docs/sandboxes.md", () => {
 
   it("refuses to render an inconsistent table", () => {
     const lying = DRIVER_CONFORMANCE.map((entry) =>
-      entry.driver === "modal" ? { ...entry, capabilities: { ...entry.capabilities, lanes: ["ama_worker" as const] } } : entry,
+      entry.driver === "gke-agent-sandbox" ? { ...entry, capabilities: { ...entry.capabilities, lanes: ["ama_worker" as const] } } : entry,
     );
-    expect(() => renderSandboxesDoc(lying)).toThrow(/modal: not implemented but its capabilities claim something/);
+    expect(() => renderSandboxesDoc(lying)).toThrow(/gke-agent-sandbox: not implemented but its capabilities claim something/);
   });
 });
 
@@ -67,6 +68,7 @@ describe("the table against the drivers it describes", () => {
     ["daytona", DAYTONA_SANDBOX_CAPABILITIES],
     ["sprites", SPRITES_SANDBOX_CAPABILITIES],
     ["blaxel", BLAXEL_SANDBOX_CAPABILITIES],
+    ["modal", MODAL_SANDBOX_CAPABILITIES],
   ] as const)("%s: the table says what the driver and the remote workspace and output ports declare", (driver, declared) => {
     const caps = entry(driver).capabilities;
     const never = () => {

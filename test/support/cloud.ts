@@ -8,14 +8,16 @@ import { blaxelConfigFromEnv, createBlaxelDriver } from "@openma/driver-blaxel";
 import { createDaytonaDriver, daytonaConfigFromEnv } from "@openma/driver-daytona";
 import { createE2BDriver, e2bConfigFromEnv } from "@openma/driver-e2b";
 import type { RemoteDriverOptions, RemoteSandboxDriver } from "@openma/driver-kit/remote";
+import { createModalDriver, modalConfigFromEnv } from "@openma/driver-modal";
 import { createSpritesDriver, spritesConfigFromEnv } from "@openma/driver-sprites";
 import { startBlaxelStandIn } from "@openma/standin-blaxel";
 import { startDaytonaStandIn } from "@openma/standin-daytona";
 import { startE2BStandIn } from "@openma/standin-e2b";
 import type { CloudStandIn } from "@openma/standin-kit";
+import { startModalStandIn } from "@openma/standin-modal";
 import { startSpritesStandIn } from "@openma/standin-sprites";
 
-export const VENDORS = ["e2b", "daytona", "sprites", "blaxel"] as const;
+export const VENDORS = ["e2b", "daytona", "sprites", "blaxel", "modal"] as const;
 export type Vendor = (typeof VENDORS)[number];
 
 export function startVendorStandIn(vendor: Vendor): Promise<CloudStandIn> {
@@ -28,6 +30,8 @@ export function startVendorStandIn(vendor: Vendor): Promise<CloudStandIn> {
       return startSpritesStandIn();
     case "blaxel":
       return startBlaxelStandIn();
+    case "modal":
+      return startModalStandIn();
   }
 }
 
@@ -49,5 +53,7 @@ export function vendorDriver(vendor: Vendor, standIn: CloudStandIn, options: Rem
       return createSpritesDriver(configured(spritesConfigFromEnv(env)), options);
     case "blaxel":
       return createBlaxelDriver(configured(blaxelConfigFromEnv(env)), options);
+    case "modal":
+      return createModalDriver(configured(modalConfigFromEnv(env)), options);
   }
 }

@@ -24,7 +24,7 @@ describe("configuration", () => {
     expect(loadConfig({ OPENMA_SANDBOX: "sprites", OPENMA_RUNTIME_HOST_SANDBOX: "docker", ...host }).runtimeHost?.sandbox).toBe("docker");
     // A local choice for serve leaves the runtime host on its own default.
     expect(loadConfig({ OPENMA_SANDBOX: "docker", ...host }).runtimeHost?.sandbox).toBe("auto");
-    expect(() => loadConfig({ OPENMA_SANDBOX: "modal" })).toThrow(/OPENMA_SANDBOX/);
+    expect(() => loadConfig({ OPENMA_SANDBOX: "gke-agent-sandbox" })).toThrow(/OPENMA_SANDBOX/);
   });
 
   it("names the variables a driver lacks", () => {
@@ -33,6 +33,8 @@ describe("configuration", () => {
     expect(missingVariables("sprites", {})).toEqual(["SPRITES_TOKEN or SPRITE_TOKEN"]);
     expect(missingVariables("blaxel", { BL_API_KEY: "k" })).toEqual(["BL_WORKSPACE"]);
     expect(loadConfig({ OPENMA_SANDBOX: "blaxel" }).brain.sandbox).toBe("blaxel");
+    expect(missingVariables("modal", { MODAL_TOKEN_ID: "ak-x" })).toEqual(["MODAL_TOKEN_SECRET"]);
+    expect(loadConfig({ OPENMA_SANDBOX: "modal" }).brain.sandbox).toBe("modal");
   });
 });
 

@@ -21,6 +21,7 @@ const STARTERS: Record<
   daytona: async (o) => (await import("@openma/standin-daytona")).startDaytonaStandIn(o),
   sprites: async (o) => (await import("@openma/standin-sprites")).startSpritesStandIn(o),
   blaxel: async (o) => (await import("@openma/standin-blaxel")).startBlaxelStandIn(o),
+  modal: async (o) => (await import("@openma/standin-modal")).startModalStandIn(o),
 };
 
 export const STANDIN_USAGE = `usage: openma standin <${REMOTE_SANDBOX_DRIVERS.join("|")}>  (PORT, HOST, STANDIN_API_KEY)`;

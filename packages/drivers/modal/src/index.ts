@@ -23,7 +23,8 @@ export const MODAL_SANDBOX_CAPABILITIES: SandboxCapabilities = {
       "duplex_process",
       "workspace_file_io",
     ],
-    lacks: ["process_memory_checkpoint", "portable_workspace_checkpoint", "provider_lease"],
+    // Modal's own domain and CIDR allowlists are not configured by this driver.
+    lacks: ["portable_workspace_checkpoint", "stable_process_memory_checkpoint", "native_domain_and_cidr_allowlist", "provider_lease"],
   },
   credentialEgress: { enforcement: "unsupported" },
 };
