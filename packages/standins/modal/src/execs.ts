@@ -25,7 +25,11 @@ export class ExecRecord {
   #stdin: Promise<void> = Promise.resolve();
   readonly #waiters = new Set<() => void>();
 
-  constructor(readonly execId: string) {}
+  constructor(
+    readonly execId: string,
+    /** The argv as started (for a test's own account of what ran). */
+    readonly command: readonly string[],
+  ) {}
 
   attach(writer: { write(chunk: Uint8Array): Promise<void>; closeStdin(): void }): void {
     this.#writer = writer;

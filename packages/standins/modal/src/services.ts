@@ -311,7 +311,7 @@ export function taskCommandRouterService(deps: ServiceDeps): Impl {
       if (request.commandArgs.length === 0) throw new ServerError(Status.INVALID_ARGUMENT, "command_args is required");
       const box = sandbox.box;
       if (box === null) throw new ServerError(Status.NOT_FOUND, `task ${request.taskId} has finished`);
-      const exec = new ExecRecord(request.execId);
+      const exec = new ExecRecord(request.execId, request.commandArgs);
       if (fault?.kind === "cut") exec.cutAfter = fault.afterBytes ?? 0;
       sandbox.execs.set(request.execId, exec);
       let proc: Awaited<ReturnType<typeof box.tools.spawn>>;
