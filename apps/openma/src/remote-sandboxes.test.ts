@@ -112,3 +112,23 @@ describe("against the Blaxel stand-in", () => {
     expect(wrong).toMatchObject([{ id: "sandbox:blaxel", status: "warn" }]);
   });
 });
+
+describe("against the Modal stand-in", () => {
+  let standIn: CloudStandIn;
+  beforeAll(async () => {
+    standIn = (await startStandIn("modal", { PORT: "0" })) as CloudStandIn;
+  });
+  afterAll(async () => {
+    await standIn?.close();
+  });
+
+  it("doctor reaches it through the modal SDK over gRPC, and says so when the token is wrong", async () => {
+    expect(describeStandIn(standIn)).toContain(`export MODAL_SERVER_URL=${standIn.env.MODAL_SERVER_URL}`);
+    const reached = await checkRemoteSandboxes({ OPENMA_SANDBOX: "modal", ...standIn.env }, 5_000);
+    expect(reached).toMatchObject([{ id: "sandbox:modal", status: "ok", facts: { owned: 0 } }]);
+    const wrong = await checkRemoteSandboxes({ ...standIn.env, MODAL_TOKEN_SECRET: "as-wrong" }, 5_000);
+    expect(wrong).toMatchObject([{ id: "sandbox:modal", status: "warn" }]);
+    const missing = await checkRemoteSandboxes({ OPENMA_SANDBOX: "modal", MODAL_TOKEN_ID: "ak-x" }, 5_000);
+    expect(missing).toMatchObject([{ id: "sandbox:modal", status: "missing", detail: "Modal: MODAL_TOKEN_SECRET not set" }]);
+  });
+});
