@@ -48,6 +48,8 @@ export interface SandboxRecord {
   routerJwt: string;
   execs: Map<string, ExecRecord>;
   lifetime: AbortController;
+  /** Set by the first `end`. */
+  ending?: Promise<void>;
 }
 
 const id = (prefix: string) => `${prefix}-${randomBytes(11).toString("hex")}`;
@@ -167,18 +169,26 @@ export class ModalTable {
     return sandbox;
   }
 
-  /** Ends a sandbox: its processes and box go, its record (and result) stays. Idempotent. */
-  async end(sandbox: SandboxRecord, result: GenericResult): Promise<void> {
-    if (sandbox.result !== null) return;
-    sandbox.result = result;
-    sandbox.lifetime.abort();
-    for (const exec of sandbox.execs.values()) {
-      exec.kill.abort();
-      exec.finish({ signal: 9 });
-    }
-    const box = sandbox.box;
-    sandbox.box = null;
-    if (box !== null) await this.boxes.destroy(box);
+  /**
+   * Ends a sandbox: its processes and box go, then its result is set (so a wait answers once the container
+   * is really gone); its record stays. Idempotent: a second end awaits the first.
+   */
+  end(sandbox: SandboxRecord, result: GenericResult): Promise<void> {
+    sandbox.ending ??= (async () => {
+      sandbox.lifetime.abort();
+      for (const exec of sandbox.execs.values()) {
+        exec.kill.abort();
+        exec.finish({ signal: 9 });
+      }
+      const box = sandbox.box;
+      sandbox.box = null;
+      try {
+        if (box !== null) await this.boxes.destroy(box);
+      } finally {
+        sandbox.result = result;
+      }
+    })();
+    return sandbox.ending;
   }
 
   close(): void {
