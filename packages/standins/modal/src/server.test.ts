@@ -6,7 +6,9 @@
  */
 import { ManualScheduler } from "@openma/time";
 import { ModalClient } from "modal";
+import { createChannel, createClient, Metadata } from "nice-grpc";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { modalDefinitions } from "./definitions.ts";
 import { type ModalStandIn, startModalStandIn } from "./server.ts";
 
 let standIn: ModalStandIn;
@@ -52,5 +54,30 @@ describe("the modal stand-in", () => {
     expect(await sandbox.wait()).toBe(124);
     expect(standIn.live()).toBe(0);
     expect(await standIn.boxes.containers()).toEqual([]);
+  });
+
+  it("refuses a command-router call that carries another sandbox's token", async () => {
+    const app = await modal.apps.fromName("standin-test", { createIfMissing: true });
+    const image = modal.images.fromRegistry("debian:bookworm");
+    const [mine, theirs] = await Promise.all([modal.sandboxes.create(app, image), modal.sandboxes.create(app, image)]);
+    const victim = standIn.table.get(theirs.sandboxId);
+    const own = standIn.table.get(mine.sandboxId);
+    const channel = createChannel(standIn.env.MODAL_SERVER_URL as string);
+    try {
+      // biome-ignore lint/suspicious/noExplicitAny: the definitions are evaluated from the SDK's bundle.
+      const router = createClient(modalDefinitions().taskCommandRouter as any, channel) as any;
+      const call = (token: string) =>
+        router.taskExecStart(
+          { taskId: victim?.taskId, execId: "ex-cross", commandArgs: ["true"] },
+          { metadata: Metadata({ authorization: `Bearer ${token}` }) },
+        );
+      await expect(call(own?.routerJwt as string)).rejects.toThrow(/PERMISSION_DENIED|not valid for task/);
+      expect(victim?.execs.size).toBe(0);
+      await expect(call(victim?.routerJwt as string)).resolves.toEqual({});
+    } finally {
+      channel.close();
+      await Promise.all([mine.terminate(), theirs.terminate()]);
+    }
+    expect(standIn.live()).toBe(0);
   });
 });

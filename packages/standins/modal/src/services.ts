@@ -279,15 +279,21 @@ const STDIO = { 0: "stdout", 1: "stderr" } as const;
 export function taskCommandRouterService(deps: ServiceDeps): Impl {
   const { table } = deps;
   const faults = new Faulting(deps);
-  const running = (taskId: string): SandboxRecord => {
+  /** The task's sandbox, when the call carries that sandbox's own router JWT (a token of another sandbox is refused). */
+  const owned = (taskId: string, context: CallContext): SandboxRecord => {
     const sandbox = table.byTask(taskId);
     if (!sandbox) throw new ServerError(Status.NOT_FOUND, `task ${taskId} not found`);
+    if (String(context.metadata.get("authorization") ?? "") !== `Bearer ${sandbox.routerJwt}`)
+      throw new ServerError(Status.PERMISSION_DENIED, `the token is not valid for task ${taskId}`);
+    return sandbox;
+  };
+  const running = (taskId: string, context: CallContext): SandboxRecord => {
+    const sandbox = owned(taskId, context);
     if (sandbox.result !== null || sandbox.box === null) throw new ServerError(Status.NOT_FOUND, `task ${taskId} has finished`);
     return sandbox;
   };
-  const execOf = (taskId: string, execId: string): ExecRecord => {
-    const sandbox = table.byTask(taskId);
-    const exec = sandbox?.execs.get(execId);
+  const execOf = (taskId: string, execId: string, context: CallContext): ExecRecord => {
+    const exec = owned(taskId, context).execs.get(execId);
     if (!exec) throw new ServerError(Status.NOT_FOUND, `exec ${execId} not found`);
     return exec;
   };
@@ -304,7 +310,7 @@ export function taskCommandRouterService(deps: ServiceDeps): Impl {
       },
       context,
     ) => {
-      const sandbox = running(request.taskId);
+      const sandbox = running(request.taskId, context);
       // An exec id is the client's: a retried start of one that exists is the same exec.
       if (sandbox.execs.has(request.execId)) return {};
       const fault = await faults.apply(["exec", "files"], context, sandbox);
@@ -341,7 +347,7 @@ export function taskCommandRouterService(deps: ServiceDeps): Impl {
       request: { taskId: string; execId: string; offset: number; fileDescriptor: 0 | 1 },
       context: CallContext,
     ) {
-      const exec = execOf(request.taskId, request.execId);
+      const exec = execOf(request.taskId, request.execId, context);
       const stream = STDIO[request.fileDescriptor];
       if (stream === undefined) throw new ServerError(Status.INVALID_ARGUMENT, "unsupported file descriptor");
       let offset = Number(request.offset);
@@ -362,8 +368,11 @@ export function taskCommandRouterService(deps: ServiceDeps): Impl {
         await changed;
       }
     },
-    taskExecStdinWrite: async (request: { taskId: string; execId: string; offset: number; data: Uint8Array; eof: boolean }) => {
-      const exec = execOf(request.taskId, request.execId);
+    taskExecStdinWrite: async (
+      request: { taskId: string; execId: string; offset: number; data: Uint8Array; eof: boolean },
+      context: CallContext,
+    ) => {
+      const exec = execOf(request.taskId, request.execId, context);
       try {
         await exec.writeStdin(Number(request.offset), request.data, request.eof);
       } catch (err) {
@@ -371,9 +380,10 @@ export function taskCommandRouterService(deps: ServiceDeps): Impl {
       }
       return {};
     },
-    taskExecPoll: (request: { taskId: string; execId: string }) => exitOf(execOf(request.taskId, request.execId)),
+    taskExecPoll: (request: { taskId: string; execId: string }, context: CallContext) =>
+      exitOf(execOf(request.taskId, request.execId, context)),
     taskExecWait: async (request: { taskId: string; execId: string }, context) => {
-      const exec = execOf(request.taskId, request.execId);
+      const exec = execOf(request.taskId, request.execId, context);
       while (exec.exit === null && !context.signal.aborted) await exec.changed(context.signal);
       if (exec.exit === null) throw new ServerError(Status.CANCELLED, "the wait was cancelled");
       return exitOf(exec);
