@@ -2,7 +2,7 @@
  * Session create → first tool result on each cloud driver, against the same
  * vendor stand-in driven directly through the vendor's SDK:
  * `npx tsx bench/cloud-first-exec.ts [runs=10]` (env `BENCH_WARMUP`,
- * default 2; `BENCH_VENDORS=e2b,daytona,sprites,blaxel,vercel`). Needs Docker with the
+ * default 2; `BENCH_VENDORS=e2b,daytona,sprites,blaxel,vercel,modal`). Needs Docker with the
  * sandbox images (the stand-ins run real containers).
  *
  * Per vendor it starts the stand-in in this process and a real `openma
@@ -37,6 +37,7 @@ import { startScriptedModel } from "@openma/scripted-model";
 import type { CloudStandIn } from "@openma/standin-kit";
 import { Sandbox as VercelSandbox } from "@vercel/sandbox";
 import { Sandbox } from "e2b";
+import { ModalClient } from "modal";
 import { startServeProcess } from "../test/support/child-server.ts";
 import { startVendorStandIn, VENDORS, type Vendor } from "../test/support/cloud.ts";
 import { createBenchAgent, MODEL_KEY, measuredRuns, SCRIPT, sessionOnce, summary } from "./session-first-exec.ts";
@@ -76,6 +77,18 @@ async function sdkOnce(vendor: Vendor, standIn: CloudStandIn): Promise<{ ms: num
     });
     await sandbox.runCommand("true");
     return { ms: performance.now() - t0, cleanup: () => sandbox.delete() };
+  }
+  if (vendor === "modal") {
+    // The SDK takes its address from the environment only; the same app, image and volume mount as the driver.
+    process.env.MODAL_SERVER_URL = env.MODAL_SERVER_URL;
+    const modal = new ModalClient({ tokenId: env.MODAL_TOKEN_ID, tokenSecret: env.MODAL_TOKEN_SECRET, logLevel: "error" });
+    const app = await modal.apps.fromName("openma", { createIfMissing: true });
+    const volume = await modal.volumes.fromName("openma-workspaces", { createIfMissing: true, version: 2 });
+    const sandbox = await modal.sandboxes.create(app, modal.images.fromRegistry("node:24-bookworm-slim"), {
+      volumes: { "/workspace": volume.withMountOptions({ subPath: `bench/${randomBytes(6).toString("hex")}` }) },
+    });
+    await (await sandbox.exec(["true"])).wait();
+    return { ms: performance.now() - t0, cleanup: () => sandbox.terminate() };
   }
   const client = new SpritesClient(env.SPRITES_TOKEN as string, { baseURL: env.SPRITES_API_URL });
   const sprite = await client.createSprite(`bench-${randomBytes(6).toString("hex")}`);

@@ -23,6 +23,12 @@
  * - Vercel Sandbox: REST API reference (vercel.com/api, `Authorization:
  *   Bearer` with `?teamId=`): `POST /v3/sandboxes`, `POST
  *   /v2/sandboxes/sessions/{sessionId}/cmd`, `DELETE /v2/sandboxes/{name}`.
+ * - Modal: gRPC over HTTP/2 (every call a `POST /<package>.<Service>/<Method>`):
+ *   `modal.client.ModalClient/SandboxCreateV2` and `/SandboxTerminateV2` with
+ *   the token pair (`x-modal-token-id`, `x-modal-token-secret`) and the
+ *   short-lived `x-modal-auth-token` from `AuthTokenGet`; exec on the task's
+ *   command router, `modal.task_command_router.TaskCommandRouter/TaskExecStart`,
+ *   with the router JWT as `authorization: Bearer`.
  */
 import type { CloudStandIn, RecordedRequest } from "@openma/standin-kit";
 import { afterEach, describe, expect, it } from "vitest";
@@ -75,6 +81,14 @@ const DOCUMENTED: Record<Vendor, Documented & { execAuth?: string }> = {
     kill: { method: "DELETE", path: /^\/api\/v2\/sandboxes\/[a-z0-9-]+$/ },
     userAgent: /^vercel\/sandbox\/3\.5\./,
   },
+  modal: {
+    auth: "x-modal-token-id",
+    execAuth: "authorization",
+    create: { method: "POST", path: /^\/modal\.client\.ModalClient\/SandboxCreateV2$/ },
+    exec: { method: "POST", path: /^\/modal\.task_command_router\.TaskCommandRouter\/TaskExecStart$/ },
+    kill: { method: "POST", path: /^\/modal\.client\.ModalClient\/SandboxTerminateV2$/ },
+    userAgent: /^grpc-node-js\//,
+  },
 };
 
 const never = () => new AbortController().signal;
@@ -126,6 +140,11 @@ describe.each(VENDORS)("the official %s SDK on the wire", (vendor) => {
       for (const request of [...created, ...execs, ...kills]) expect(request.headerNames).toContain("x-blaxel-workspace");
     if (vendor === "vercel")
       for (const request of [...created, ...execs, ...kills]) expect(request.query).toMatch(/[?&]teamId=team_standin(&|$)/);
+    if (vendor === "modal")
+      for (const request of [...created, ...kills])
+        expect(request.headerNames).toEqual(
+          expect.arrayContaining(["x-modal-token-secret", "x-modal-auth-token", "x-modal-client-version"]),
+        );
     if (documented.userAgent) for (const request of [...created, ...kills]) expect(request.userAgent).toMatch(documented.userAgent);
 
     // Nothing the SDK sent was refused, and nothing was left behind.

@@ -14,6 +14,9 @@
  * - Vercel: stop snapshots a persistent sandbox's filesystem and ends its
  *   session; the next acquire restores the snapshot into a new session, the
  *   files back, not the process.
+ * - Modal: no pause; suspend syncs /workspace to its Volume v2 subpath and
+ *   ends the compute; the next acquire creates a new sandbox over the same
+ *   subpath, with the files and without the process.
  * - Sprites: the platform sleeps on its own (the driver's suspend asks
  *   nothing); warm keeps the process frozen and a request wakes it, cold
  *   keeps only the filesystem.
@@ -23,6 +26,7 @@
  */
 import type { FenceIdentity, ManagedSandboxLease, RuntimeResourceScope } from "@openma/contract";
 import type { CloudStandIn } from "@openma/standin-kit";
+import type { ModalStandIn } from "@openma/standin-modal";
 import type { SpritesStandIn } from "@openma/standin-sprites";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { processesMentioning } from "../runtime/support.ts";
@@ -120,6 +124,52 @@ describe.each(["e2b", "daytona", "blaxel", "vercel"] as const)("suspend and resu
     if (vendor === "e2b") expect(await processesMentioning(run.marker)).not.toEqual([]);
     else expect(await processesMentioning(run.marker)).toEqual([]);
     await terminate(vendor, standIn, run);
+    expect(standIn.live()).toBe(0);
+  });
+});
+
+describe("compute recreated over the volume on modal", () => {
+  let standIn: ModalStandIn;
+  beforeAll(async () => {
+    standIn = (await startVendorStandIn("modal")) as ModalStandIn;
+  });
+  afterAll(async () => {
+    await standIn?.close();
+  });
+
+  it("keeps the files, not the processes, in a new sandbox over the same volume subpath", async () => {
+    const run = await startWithProcess("modal", standIn);
+    const driver = vendorDriver("modal", standIn);
+    expect(await driver.suspend({ scope: run.scope, fence: run.fence, lease: run.lease, signal: never() })).toEqual({
+      type: "suspended",
+      lease: run.lease,
+    });
+    // The workspace was synced in the sandbox before its compute ended.
+    const ended = standIn.table.get(run.lease.runtimeId);
+    expect([...(ended?.execs.values() ?? [])].map((e) => e.command.join(" "))).toContain("sync /workspace");
+    expect(ended?.result).toMatchObject({ status: 3 });
+    expect(standIn.state(run.lease.runtimeId)).toBe("gone");
+    expect(standIn.live()).toBe(0);
+    expect(await processesMentioning(run.marker)).toEqual([]);
+    expect(await driver.inspect({ lease: run.lease, signal: never() })).toEqual({ state: "stopped" });
+    expect((await driver.heartbeat({ scope: run.scope, fence: run.fence, lease: run.lease, signal: never() })).type).toBe("lost");
+
+    // A second instance acquires with the same key: new compute, the same subpath.
+    const again = await vendorDriver("modal", standIn).acquire({
+      scope: run.scope,
+      fence: run.fence,
+      workspace: { bindingId: "ws-again", strategy: "ephemeral", mountPath: "/workspace" },
+      outputs: null,
+      idempotencyKey: "suspend-resume",
+      signal: never(),
+    });
+    if (again.type !== "acquired") throw new Error(again.reason);
+    expect(again.lease.runtimeId).not.toBe(run.lease.runtimeId);
+    expect(standIn.state(again.lease.runtimeId)).toBe("running");
+    const read = await driver.toolSandbox(again.lease).readFile({ path: "/workspace/kept.txt", maxBytes: 1024, signal: never() });
+    expect(read.type === "ok" && Buffer.from(read.content).toString("utf8")).toBe("kept\n");
+    expect(await processesMentioning(run.marker)).toEqual([]);
+    await terminate("modal", standIn, { ...run, lease: again.lease });
     expect(standIn.live()).toBe(0);
   });
 });

@@ -12,6 +12,7 @@ import { BLAXEL_SANDBOX_CAPABILITIES } from "@openma/driver-blaxel";
 import { BubblewrapSandbox } from "@openma/driver-bubblewrap";
 import { DAYTONA_SANDBOX_CAPABILITIES } from "@openma/driver-daytona";
 import { E2B_SANDBOX_CAPABILITIES } from "@openma/driver-e2b";
+import { MODAL_SANDBOX_CAPABILITIES } from "@openma/driver-modal";
 import { NODE_DOCKER_SANDBOX_CAPABILITIES } from "@openma/driver-node-docker";
 import { SPRITES_SANDBOX_CAPABILITIES } from "@openma/driver-sprites";
 import { VERCEL_SANDBOX_CAPABILITIES } from "@openma/driver-vercel";
@@ -36,9 +37,9 @@ describe("docs/sandboxes.md", () => {
 
   it("refuses to render an inconsistent table", () => {
     const lying = DRIVER_CONFORMANCE.map((entry) =>
-      entry.driver === "modal" ? { ...entry, capabilities: { ...entry.capabilities, lanes: ["ama_worker" as const] } } : entry,
+      entry.driver === "gke-agent-sandbox" ? { ...entry, capabilities: { ...entry.capabilities, lanes: ["ama_worker" as const] } } : entry,
     );
-    expect(() => renderSandboxesDoc(lying)).toThrow(/modal: not implemented but its capabilities claim something/);
+    expect(() => renderSandboxesDoc(lying)).toThrow(/gke-agent-sandbox: not implemented but its capabilities claim something/);
   });
 });
 
@@ -68,6 +69,7 @@ describe("the table against the drivers it describes", () => {
     ["daytona", DAYTONA_SANDBOX_CAPABILITIES],
     ["sprites", SPRITES_SANDBOX_CAPABILITIES],
     ["blaxel", BLAXEL_SANDBOX_CAPABILITIES],
+    ["modal", MODAL_SANDBOX_CAPABILITIES],
     // No streaming stdin: the `ama_worker` lane only.
     ["vercel", VERCEL_SANDBOX_CAPABILITIES, ["ama_worker"]],
   ] as const)(

@@ -8,16 +8,18 @@ import { blaxelConfigFromEnv, createBlaxelDriver } from "@openma/driver-blaxel";
 import { createDaytonaDriver, daytonaConfigFromEnv } from "@openma/driver-daytona";
 import { createE2BDriver, e2bConfigFromEnv } from "@openma/driver-e2b";
 import type { RemoteDriverOptions, RemoteSandboxDriver } from "@openma/driver-kit/remote";
+import { createModalDriver, modalConfigFromEnv } from "@openma/driver-modal";
 import { createSpritesDriver, spritesConfigFromEnv } from "@openma/driver-sprites";
 import { createVercelDriver, vercelConfigFromEnv } from "@openma/driver-vercel";
 import { startBlaxelStandIn } from "@openma/standin-blaxel";
 import { startDaytonaStandIn } from "@openma/standin-daytona";
 import { startE2BStandIn } from "@openma/standin-e2b";
 import type { CloudStandIn } from "@openma/standin-kit";
+import { startModalStandIn } from "@openma/standin-modal";
 import { startSpritesStandIn } from "@openma/standin-sprites";
 import { startVercelStandIn } from "@openma/standin-vercel";
 
-export const VENDORS = ["e2b", "daytona", "sprites", "blaxel", "vercel"] as const;
+export const VENDORS = ["e2b", "daytona", "sprites", "blaxel", "vercel", "modal"] as const;
 export type Vendor = (typeof VENDORS)[number];
 
 export function startVendorStandIn(vendor: Vendor): Promise<CloudStandIn> {
@@ -32,6 +34,8 @@ export function startVendorStandIn(vendor: Vendor): Promise<CloudStandIn> {
       return startBlaxelStandIn();
     case "vercel":
       return startVercelStandIn();
+    case "modal":
+      return startModalStandIn();
   }
 }
 
@@ -55,5 +59,7 @@ export function vendorDriver(vendor: Vendor, standIn: CloudStandIn, options: Rem
       return createBlaxelDriver(configured(blaxelConfigFromEnv(env)), options);
     case "vercel":
       return createVercelDriver(configured(vercelConfigFromEnv(env)), options);
+    case "modal":
+      return createModalDriver(configured(modalConfigFromEnv(env)), options);
   }
 }

@@ -24,7 +24,7 @@ describe("configuration", () => {
     expect(loadConfig({ OPENMA_SANDBOX: "sprites", OPENMA_RUNTIME_HOST_SANDBOX: "docker", ...host }).runtimeHost?.sandbox).toBe("docker");
     // A local choice for serve leaves the runtime host on its own default.
     expect(loadConfig({ OPENMA_SANDBOX: "docker", ...host }).runtimeHost?.sandbox).toBe("auto");
-    expect(() => loadConfig({ OPENMA_SANDBOX: "modal" })).toThrow(/OPENMA_SANDBOX/);
+    expect(() => loadConfig({ OPENMA_SANDBOX: "gke-agent-sandbox" })).toThrow(/OPENMA_SANDBOX/);
   });
 
   it("names the variables a driver lacks", () => {
@@ -33,6 +33,8 @@ describe("configuration", () => {
     expect(missingVariables("sprites", {})).toEqual(["SPRITES_TOKEN or SPRITE_TOKEN"]);
     expect(missingVariables("blaxel", { BL_API_KEY: "k" })).toEqual(["BL_WORKSPACE"]);
     expect(loadConfig({ OPENMA_SANDBOX: "blaxel" }).brain.sandbox).toBe("blaxel");
+    expect(missingVariables("modal", { MODAL_TOKEN_ID: "ak-x" })).toEqual(["MODAL_TOKEN_SECRET"]);
+    expect(loadConfig({ OPENMA_SANDBOX: "modal" }).brain.sandbox).toBe("modal");
   });
 });
 
@@ -145,5 +147,25 @@ describe("against the Vercel stand-in", () => {
     expect(reached).toMatchObject([{ id: "sandbox:vercel", status: "ok", facts: { owned: 0 } }]);
     const wrong = await checkRemoteSandboxes({ ...standIn.env, VERCEL_TOKEN: "wrong-token" }, 5_000);
     expect(wrong).toMatchObject([{ id: "sandbox:vercel", status: "warn" }]);
+  });
+});
+
+describe("against the Modal stand-in", () => {
+  let standIn: CloudStandIn;
+  beforeAll(async () => {
+    standIn = (await startStandIn("modal", { PORT: "0" })) as CloudStandIn;
+  });
+  afterAll(async () => {
+    await standIn?.close();
+  });
+
+  it("doctor reaches it through the modal SDK over gRPC, and says so when the token is wrong", async () => {
+    expect(describeStandIn(standIn)).toContain(`export MODAL_SERVER_URL=${standIn.env.MODAL_SERVER_URL}`);
+    const reached = await checkRemoteSandboxes({ OPENMA_SANDBOX: "modal", ...standIn.env }, 5_000);
+    expect(reached).toMatchObject([{ id: "sandbox:modal", status: "ok", facts: { owned: 0 } }]);
+    const wrong = await checkRemoteSandboxes({ ...standIn.env, MODAL_TOKEN_SECRET: "as-wrong" }, 5_000);
+    expect(wrong).toMatchObject([{ id: "sandbox:modal", status: "warn" }]);
+    const missing = await checkRemoteSandboxes({ OPENMA_SANDBOX: "modal", MODAL_TOKEN_ID: "ak-x" }, 5_000);
+    expect(missing).toMatchObject([{ id: "sandbox:modal", status: "missing", detail: "Modal: MODAL_TOKEN_SECRET not set" }]);
   });
 });

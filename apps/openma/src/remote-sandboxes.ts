@@ -14,7 +14,7 @@ import type { RemoteRuntimeHostDriver, RemoteSandboxDriver } from "@openma/runti
 import type { DoctorCheck } from "./doctor.ts";
 import { type SandboxBackend, type ServeSandboxes, type ServeSandboxOptions, sessionSandboxes } from "./sandbox.ts";
 
-export const REMOTE_SANDBOX_DRIVERS = ["e2b", "daytona", "sprites", "blaxel", "vercel"] as const;
+export const REMOTE_SANDBOX_DRIVERS = ["e2b", "daytona", "sprites", "blaxel", "vercel", "modal"] as const;
 export type RemoteSandboxName = (typeof REMOTE_SANDBOX_DRIVERS)[number];
 
 export function isRemoteSandbox(name: string | undefined): name is RemoteSandboxName {
@@ -89,6 +89,22 @@ export const REMOTE_DRIVERS: Record<RemoteSandboxName, RemoteDriverRow> = {
     async open(env, options) {
       const { createVercelDriver, vercelConfigFromEnv } = await import("@openma/driver-vercel");
       return createVercelDriver(configured(vercelConfigFromEnv(env)), options);
+    },
+  },
+  modal: {
+    title: "Modal",
+    required: [["MODAL_TOKEN_ID"], ["MODAL_TOKEN_SECRET"]],
+    optional: [
+      "MODAL_SERVER_URL",
+      "MODAL_ENVIRONMENT",
+      "OPENMA_MODAL_APP",
+      "OPENMA_MODAL_IMAGE",
+      "OPENMA_MODAL_VOLUME",
+      "OPENMA_MODAL_SANDBOX_TIMEOUT_MS",
+    ],
+    async open(env, options) {
+      const { createModalDriver, modalConfigFromEnv } = await import("@openma/driver-modal");
+      return createModalDriver(configured(modalConfigFromEnv(env)), options);
     },
   },
 };

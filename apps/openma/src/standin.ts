@@ -22,6 +22,7 @@ const STARTERS: Record<
   sprites: async (o) => (await import("@openma/standin-sprites")).startSpritesStandIn(o),
   blaxel: async (o) => (await import("@openma/standin-blaxel")).startBlaxelStandIn(o),
   vercel: async (o) => (await import("@openma/standin-vercel")).startVercelStandIn(o),
+  modal: async (o) => (await import("@openma/standin-modal")).startModalStandIn(o),
 };
 
 export const STANDIN_USAGE = `usage: openma standin <${REMOTE_SANDBOX_DRIVERS.join("|")}>  (PORT, HOST, STANDIN_API_KEY)`;

@@ -103,12 +103,15 @@ describe("the conformance table", () => {
   it("flags a table that lies", () => {
     const bubblewrap = conformanceOf("bubblewrap") as DriverConformance;
     const lying: DriverConformance[] = [
-      { ...(conformanceOf("modal") as DriverConformance), capabilities: { ...claimsNothing("modal"), lanes: ["ama_worker"] } },
+      {
+        ...(conformanceOf("gke-agent-sandbox") as DriverConformance),
+        capabilities: { ...claimsNothing("gke-agent-sandbox"), lanes: ["ama_worker"] },
+      },
       { ...bubblewrap, capabilities: { ...bubblewrap.capabilities, provider: "docker" } },
       { ...bubblewrap, driver: "bubblewrap" },
     ];
     expect(conformanceIssues(lying)).toEqual([
-      "modal: not implemented but its capabilities claim something",
+      "gke-agent-sandbox: not implemented but its capabilities claim something",
       "bubblewrap: capabilities.provider is docker",
       "bubblewrap: duplicate entry",
     ]);
@@ -182,7 +185,11 @@ describe("admissionFor", () => {
   });
 
   it("refuses unbuilt and unknown drivers as values, whatever the profile", () => {
-    expect(admissionFor("modal", profile())).toMatchObject({ type: "unavailable", driver: "modal", reason: "not_implemented" });
+    expect(admissionFor("gke-agent-sandbox", profile())).toMatchObject({
+      type: "unavailable",
+      driver: "gke-agent-sandbox",
+      reason: "not_implemented",
+    });
     const unknown = admissionFor("nope", profile());
     expect(unknown).toMatchObject({ type: "unavailable", reason: "unknown_driver" });
     expect(unknown.type === "unavailable" && unknown.message).toContain("bubblewrap");

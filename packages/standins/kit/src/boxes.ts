@@ -78,8 +78,12 @@ export class LocalBoxes {
     return this.#driver;
   }
 
-  /** A fresh running box; throws when the engine refuses (the vendor stand-in answers with its own 5xx). */
-  async create(prefix: string): Promise<Box> {
+  /**
+   * A fresh running box; throws when the engine refuses (the vendor stand-in answers with its own 5xx).
+   * `workspaceHostPath` bind-mounts that host directory at `/workspace` (a vendor's volume); the workspace is
+   * the container's own otherwise.
+   */
+  async create(prefix: string, options: { workspaceHostPath?: string } = {}): Promise<Box> {
     const driver = await this.#open();
     const id = `${prefix}${randomBytes(8).toString("hex")}`;
     const scope = { environmentId: `standin-${this.#options.vendor}`, sessionId: id };
@@ -87,7 +91,12 @@ export class LocalBoxes {
     const acquired = await driver.acquire({
       scope,
       fence,
-      workspace: { bindingId: id, strategy: "ephemeral", mountPath: "/workspace" },
+      workspace: {
+        bindingId: id,
+        strategy: options.workspaceHostPath === undefined ? "ephemeral" : "durable_mount",
+        mountPath: "/workspace",
+        ...(options.workspaceHostPath === undefined ? {} : { metadata: { hostPath: options.workspaceHostPath } }),
+      },
       outputs: null,
       idempotencyKey: id,
       signal: AbortSignal.timeout(120_000),
