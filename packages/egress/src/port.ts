@@ -160,3 +160,8 @@ export function writeTrustFiles(hostDir: string, caCertPem: string): void {
   writeFileSync(join(hostDir, "ca.pem"), caCertPem, { mode: 0o644 });
   writeFileSync(join(hostDir, "ca-bundle.pem"), trustBundle(caCertPem), { mode: 0o644 });
 }
+
+/** Everything a driver sets in a sandbox behind `gateway`: proxy variables, trust variables when it has a CA, placeholders. */
+export function gatewaySandboxEnv(gateway: { caCertPem: string | null; env: Readonly<Record<string, string>> }): Record<string, string> {
+  return { ...sandboxProxyEnv(EGRESS_PROXY_PORT), ...(gateway.caCertPem !== null ? sandboxTrustEnv() : {}), ...gateway.env };
+}

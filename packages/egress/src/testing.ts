@@ -9,6 +9,7 @@ import http from "node:http";
 import https from "node:https";
 import type { AddressInfo } from "node:net";
 import { networkInterfaces } from "node:os";
+import { expect } from "vitest";
 import { SandboxCa } from "./ca.ts";
 import type { EgressAuditEvent } from "./gateway.ts";
 import { GatewayEgressPort, type SandboxEgressConfig } from "./port.ts";
@@ -222,4 +223,39 @@ export function limitedProblems(seen: Seen, secret: string): string[] {
   want("direct", ["ENETUNREACH", "EHOSTUNREACH", "EADDRNOTAVAIL"].includes(seen.direct ?? ""));
   want("caFile", seen.caFile === "/run/openma/egress/ca.pem");
   return problems;
+}
+
+/** The audit trail an unrestricted probe must leave. */
+export function expectUnrestrictedAudit(audit: readonly EgressAuditEvent[], u: TestUpstreams): void {
+  expect(audit).toEqual(
+    expect.arrayContaining([
+      expect.objectContaining({ type: "egress.allowed", host: u.hostIp, port: u.httpPort }),
+      expect.objectContaining({ type: "egress.denied", host: "127.0.0.1", reason: expect.stringMatching(/loopback/) }),
+      expect.objectContaining({ type: "egress.denied", host: "meta.test", address: "169.254.169.254" }),
+    ]),
+  );
+}
+
+/** The audit trail a limited probe must leave, never holding the secret. */
+export function expectLimitedAudit(audit: readonly EgressAuditEvent[], secret: string): void {
+  expect(audit).toEqual(
+    expect.arrayContaining([
+      expect.objectContaining({ type: "egress.allowed", host: "api.test", intercepted: true, credentials: ["API_TOKEN"] }),
+      expect.objectContaining({
+        type: "egress.denied",
+        method: "CONNECT",
+        host: "other.test",
+        reason: expect.stringMatching(/allowed hosts/),
+      }),
+      expect.objectContaining({ type: "egress.denied", method: "GET", host: "other.test" }),
+    ]),
+  );
+  expect(JSON.stringify(audit)).not.toContain(secret);
+}
+
+/** What the leak scan of a limited sandbox must (and must not) show. */
+export function expectNoLeak(scan: string, placeholder: string, secret: string): void {
+  expect(scan).toContain(placeholder); // the scan does see the environment
+  expect(scan).not.toContain(secret);
+  expect(scan).not.toContain("PRIVATE KEY");
 }
