@@ -64,8 +64,8 @@ export const NODE_DOCKER_SANDBOX_CAPABILITIES: SandboxCapabilities = {
     has: ["duplex_process", "workspace_file_io", "stable_name_with_ownership_labels", "network_none_by_default"],
     lacks: ["provider_suspend_resume", "process_memory_checkpoint"],
   },
-  // `NetworkMode: none` blocks egress entirely; there is no proxy that could enforce credential use.
-  credentialEgress: { enforcement: "unsupported" },
+  // `NetworkMode: none` leaves only loopback: nothing leaves unless a composed egress gateway is the way out.
+  credentialEgress: { enforcement: "enforced", interceptedProtocols: [] },
 };
 
 /** Ownership labels; `openma.managed` + `openma.driver` mark a container this driver may kill. */
@@ -207,7 +207,9 @@ export class NodeDockerSandbox implements ManagedSandboxPort, SandboxInventoryPo
           },
           credentialEgress: gateway.capabilities,
         }
-      : NODE_DOCKER_SANDBOX_CAPABILITIES;
+      : (options.networkMode ?? "none") === "none"
+        ? NODE_DOCKER_SANDBOX_CAPABILITIES
+        : { ...NODE_DOCKER_SANDBOX_CAPABILITIES, credentialEgress: { enforcement: "unsupported" } };
   }
 
   /** The plan is optional: the container is the same whatever harness lane runs in it. */
