@@ -5,7 +5,9 @@
  */
 import http from "node:http";
 import net, { type AddressInfo } from "node:net";
+import tls from "node:tls";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { SandboxCa } from "./ca.ts";
 import { type EgressAuditEvent, EgressGateway, parseAuthority, substituteBuffer } from "./gateway.ts";
 import { addressRefusal, EgressPolicy, hostMatches } from "./policy.ts";
 import { GatewayEgressPort, gatewaySandboxEnv } from "./port.ts";
@@ -143,6 +145,53 @@ describe("gateway answers", () => {
     expect(await ask({ method: "POST", path: `http://plain.test:${upstreams.httpPort}/x` }, "hi")).toBe(
       `200:${JSON.stringify({ method: "POST", auth: null, body: "hi" })}`,
     );
+  });
+});
+
+describe("interception", () => {
+  it("never forwards a credential to an upstream whose certificate it cannot verify", async () => {
+    const upstreams = await startTestUpstreams();
+    const ca = new SandboxCa("unit");
+    const audit: EgressAuditEvent[] = [];
+    const gateway = new EgressGateway({
+      sandbox: "unit",
+      policy: new EgressPolicy({ networking: { type: "unrestricted" } }),
+      lookup: upstreams.lookup,
+      onAudit: (e) => audit.push(e),
+      ca,
+      // No upstreamCa: the test server's CA is not trusted, as an impostor's would not be.
+      credentials: [{ secretName: "T", placeholder: "ph-x", secret: "the-secret", hosts: ["api.test"], header: true, body: false }],
+    });
+    const listener = net.createServer((socket) => gateway.accept(socket));
+    await new Promise<void>((resolve) => listener.listen(0, "127.0.0.1", resolve));
+    try {
+      const answer = await new Promise<string>((resolve, reject) => {
+        const req = http.request({
+          host: "127.0.0.1",
+          port: (listener.address() as AddressInfo).port,
+          method: "CONNECT",
+          path: `api.test:${upstreams.httpsPort}`,
+        });
+        req.on("connect", (_res, socket) => {
+          const secure = tls.connect({ socket, servername: "api.test", ca: ca.certPem }, () => {
+            secure.write("GET / HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer ph-x\r\nConnection: close\r\n\r\n");
+          });
+          let text = "";
+          secure.on("data", (c) => (text += c));
+          secure.on("end", () => resolve(text));
+          secure.on("error", reject);
+        });
+        req.on("error", reject);
+        req.end();
+      });
+      expect(answer).toMatch(/^HTTP\/1.1 502/);
+      expect(answer).toMatch(/cannot reach api.test/);
+      expect(answer).not.toContain("the-secret");
+    } finally {
+      gateway.close();
+      listener.close();
+      await upstreams.close();
+    }
   });
 });
 

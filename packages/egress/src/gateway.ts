@@ -158,14 +158,15 @@ export class EgressGateway {
     const timeout = options.timeoutMs ?? 30_000;
     this.#outer = http.createServer({ requestTimeout: timeout, headersTimeout: timeout });
     this.#outer.on("connect", (req: http.IncomingMessage, socket: net.Socket, head: Buffer) => {
-      void this.#connect(req, socket, head);
+      // A failure here must cost the one connection, never the host process.
+      this.#connect(req, socket, head).catch(() => socket.destroy());
     });
     this.#outer.on("request", (req, res) => {
-      void this.#plain(req, res);
+      this.#plain(req, res).catch(() => res.destroy());
     });
     this.#inner = http.createServer({ requestTimeout: timeout, headersTimeout: timeout });
     this.#inner.on("request", (req, res) => {
-      void this.#intercepted(req, res);
+      this.#intercepted(req, res).catch(() => res.destroy());
     });
   }
 
