@@ -78,6 +78,12 @@ describe("the conformance table", () => {
     expect(entry.capabilities.sandboxPortFacts.lacks).toContain("credential_substitution");
   });
 
+  it("describes node-docker's egress as what NetworkMode none delivers: nothing leaves, no credential mode claimed", () => {
+    const entry = conformanceOf("node-docker") as DriverConformance;
+    expect(entry.capabilities.credentialEgress).toEqual({ enforcement: "enforced", interceptedProtocols: [] });
+    expect(entry.notes.join(" ")).toMatch(/serve composition does not wire the gateway yet/);
+  });
+
   it("describes the cloud drivers as built: both lanes, suspend/resume, a durable checkpointed workspace, no process checkpoint", () => {
     for (const driver of ["e2b", "daytona", "sprites"]) {
       const entry = conformanceOf(driver) as DriverConformance;

@@ -176,7 +176,7 @@ export const DRIVER_CONFORMANCE: readonly DriverConformance[] = [
     toolSandbox: true,
     testOnly: false,
     notes: [
-      "Egress is enforced by construction: the sandbox's network namespace has only loopback. With the default `network: none` nothing leaves; with `network: proxy` the only way out is an HTTP/CONNECT proxy with a host allowlist. The proxy does not substitute credentials.",
+      "Egress is enforced by construction: the sandbox's network namespace has only loopback. With the default `network: none` nothing leaves; with `network: proxy` the only way out is an HTTP/CONNECT proxy with a host allowlist, which does not substitute credentials. A host that composes `@openma/egress`'s `GatewayEgressPort` as `options.credentialEgress` gets the environment-driven gateway instead (networking policy, credential substitution over intercepted HTTPS; reported at runtime as `credentialMode: live`, proved in packages/drivers/bubblewrap/src/gateway.test.ts). The serve composition does not wire the gateway yet, so this table claims no credential mode.",
       "Resource limits for the whole sandbox: cgroup v2 (memory.max, pids.max, cpu.max) when a delegated parent is configured; else, on a host with the cgroup v1 memory, pids and cpu hierarchies, one cgroup per sandbox in each (memory.limit_in_bytes with memsw, pids.max, a CFS quota), nested under the server's own cgroup; else per-process rlimits. The driver reports which in `enforcement`.",
       "Seccomp denylist on x86_64 and aarch64; elsewhere the driver declares it missing. Needs root on the host; every sandbox's processes run as an unprivileged host uid of their own (claimed from a range under the state root, returned at terminate), so per-uid budgets are never shared.",
       "Harness lanes as shipped: `ama_worker` (`openma runtime-host`: the official EnvironmentWorker inside the sandbox, its only way out a unix socket bridged to the control plane's API) and `openma_supervised` (`@openma/supervisor`); both run end to end on this driver in `npm run test:integration:runtime`.",
@@ -198,7 +198,7 @@ export const DRIVER_CONFORMANCE: readonly DriverConformance[] = [
       workspace: HOST_FS_WORKSPACE,
       outputs: HOST_FS_OUTPUTS,
       runtimeCheckpoints: [],
-      credentialEgress: UNSUPPORTED_EGRESS,
+      credentialEgress: { enforcement: "enforced", interceptedProtocols: [] },
       sandboxPortFacts: {
         has: ["duplex_process", "workspace_file_io", "stable_name_with_ownership_labels", "network_none_by_default"],
         lacks: ["provider_suspend_resume", "process_memory_checkpoint"],
@@ -208,7 +208,7 @@ export const DRIVER_CONFORMANCE: readonly DriverConformance[] = [
     toolSandbox: true,
     testOnly: false,
     notes: [
-      "Credential egress is unsupported: `NetworkMode: none` blocks egress entirely, and no proxy exists that could enforce credential use.",
+      "Egress is enforced by construction: `NetworkMode: none` leaves the container only loopback, so with the default composition nothing leaves. A host that composes `@openma/egress`'s `GatewayEgressPort` as `options.credentialEgress` gets one gateway per container, its socket bound at 127.0.0.1:3128 inside the container's own namespace: the only way out, applying the environment's networking and substituting `environment_variable` credentials (reported at runtime as `credentialMode: live`, http/https; proved against real containers in packages/drivers/node-docker/src/gateway.test.ts). The serve composition does not wire the gateway yet, so this table claims no credential mode. An operator `networkMode` other than `none` is refused with the gateway and makes the driver report `unsupported`.",
       "Secrets reach the container through stdin into a tmpfs, never argv or `docker inspect`-visible environment.",
       "Harness lanes as shipped: `ama_worker` (`openma runtime-host`: the official EnvironmentWorker inside the sandbox, its only way out a unix socket bridged to the control plane's API) and `openma_supervised` (`@openma/supervisor`); both run end to end on this driver in `npm run test:integration:runtime`.",
       "A container outlives a crashed host: the runtime host labels its containers with its identity and removes its predecessor's at start; compute whose kill fails is an orphan record the reaper retries.",

@@ -7,6 +7,7 @@ export * from "./capabilities.ts";
 export * from "./checkpoint.ts";
 export * from "./compose.ts";
 export * from "./driver.ts";
+export * from "./egress.ts";
 export * from "./fence.ts";
 export * from "./inventory.ts";
 export * from "./json.ts";

@@ -27,6 +27,7 @@ import type { Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join, posix } from "node:path";
 import type {
+  CredentialEgressPort,
   ExecInput,
   FenceIdentity,
   ManagedSandboxLease,
@@ -36,6 +37,7 @@ import type {
   OwnedRuntime,
   SandboxAcquireResult,
   SandboxCapabilities,
+  SandboxEgress,
   SandboxHeartbeatResult,
   SandboxInspectResult,
   SandboxInventoryPort,
@@ -44,7 +46,16 @@ import type {
   SandboxTerminateResult,
   ToolSandboxPort,
 } from "@openma/contract";
-import { type EgressOptions, EgressProxy, listenInNetns, proxyEnv } from "./egress.ts";
+import {
+  EGRESS_PROXY_PORT,
+  listenInNetns,
+  SANDBOX_EGRESS_DIR,
+  SYSTEM_TRUST_STORE,
+  sandboxProxyEnv,
+  sandboxTrustEnv,
+  writeTrustFiles,
+} from "@openma/egress";
+import { type EgressOptions, EgressProxy, proxyEnv } from "./egress.ts";
 import { type ExecContext, execInSandbox, type SandboxProcess, spawnInSandbox, type Tools } from "./exec.ts";
 import { chownTree, SandboxFs } from "./files.ts";
 import {
@@ -87,6 +98,11 @@ export interface BubblewrapOptions {
   /** A root filesystem directory (e.g. /var/lib/openma/rootfs/<tag>) instead of the host's `/usr`. */
   rootfs?: string | null;
   network?: NetworkOptions;
+  /**
+   * The egress gateway the host composes (one per sandbox, see @openma/egress): the sandbox's only way out,
+   * applying the environment's networking and substituting credentials. Excludes `network: proxy`.
+   */
+  credentialEgress?: CredentialEgressPort;
   limits?: Partial<ResourceLimits>;
   /** A delegated cgroup v2 directory; without it, the v1 hierarchies (see `cgroupV1Root`) or rlimits. */
   cgroupParent?: string | null;
@@ -121,7 +137,7 @@ interface Live {
   fs: SandboxFs;
   /** Present only in the process that started the runtime. */
   stdin: { destroy(): void } | null;
-  egress: { proxy: EgressProxy; close(): void } | null;
+  egress: { close(): void } | null;
 }
 
 const BIN_DIRS = ["/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin"];
@@ -209,6 +225,8 @@ export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPo
       if (!Number.isInteger(port) || port < 1 || port > 65535) issues.push("network.port: must be between 1 and 65535");
       new EgressProxy(options.network).close(); // validates the allowlist now rather than at first acquire
     }
+    if (options.credentialEgress && options.network?.mode === "proxy")
+      issues.push("network: proxy and credentialEgress exclude each other (the gateway is the proxy)");
     if (issues.length > 0) throw new Error(`bubblewrap driver: ${issues.join("; ")}`);
     this.tools = {
       bwrap: options.tools?.bwrap ?? findTool("bwrap") ?? "bwrap",
@@ -225,10 +243,12 @@ export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPo
   }
 
   #describe(hostUid: number): SandboxCapabilities {
-    const proxy = this.#options.network?.mode === "proxy";
+    const gateway = this.#options.credentialEgress;
+    const proxy = this.#options.network?.mode === "proxy" || gateway !== undefined;
     const has = ["duplex_process", "workspace_file_io", "process_tree_kill", "private_network_namespace", "read_only_base"];
-    const lacks = ["provider_suspend_resume", "process_memory_checkpoint", "credential_substitution", "durable_output_mount"];
+    const lacks = ["provider_suspend_resume", "process_memory_checkpoint", "durable_output_mount"];
     if (proxy) has.push("egress_proxy_allowlist");
+    (gateway ? has : lacks).push("credential_substitution");
     (this.#seccomp ? has : lacks).push("seccomp_syscall_denylist");
     const mechanism = this.#cgroup?.mechanism ?? null;
     (mechanism === "cgroup_v2" ? has : lacks).push("resource_limits_cgroup_v2");
@@ -241,7 +261,7 @@ export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPo
       lifecycle: { suspendResume: "unsupported", hardTerminate: "supported", orphanReap: "host_managed" },
       facts: { has, lacks },
       // No route out but the proxy (or none at all): the namespace has only loopback.
-      credentialEgress: { enforcement: "enforced", interceptedProtocols: proxy ? ["http", "https"] : [] },
+      credentialEgress: gateway ? gateway.capabilities : { enforcement: "enforced", interceptedProtocols: proxy ? ["http", "https"] : [] },
     };
   }
 
@@ -328,7 +348,7 @@ export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPo
         return { type: "acquired", lease: leaseOf(existing.state) };
       }
       if (existing) await this.#destroy(existing.state);
-      return this.#start(runtimeId, ready, workspace.path, outputs?.ok ? outputs.path : null, input.signal, this.#ownerOf(input.fence));
+      return this.#start(runtimeId, ready, workspace.path, outputs?.ok ? outputs.path : null, input, this.#ownerOf(input.fence));
     });
   }
 
@@ -337,9 +357,10 @@ export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPo
     ready: { base: MountEntry[]; seccompFile: string | null },
     workspace: string,
     outputs: string | null,
-    signal: AbortSignal,
+    input: Pick<PortInput<"acquire">, "scope" | "signal">,
     owner: RuntimeOwner,
   ): Promise<SandboxAcquireResult> {
+    const signal = input.signal;
     const dir = runtimeDir(this.stateRoot, runtimeId);
     const tmpDir = join(dir, "tmp");
     await rm(dir, { recursive: true, force: true });
@@ -347,14 +368,20 @@ export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPo
     await chmod(dir, 0o711);
     let cgroupDirs: string[] = [];
     let hostUser: { uid: number; gid: number } | null = null;
+    let gateway: SandboxEgress | null = null;
     const undo = async () => {
+      gateway?.close();
       await removeCgroups(cgroupDirs);
       if (hostUser !== null && this.#hostUser === "per_sandbox") await releaseHostUid(this.stateRoot, hostUser.uid, runtimeId);
       await rm(dir, { recursive: true, force: true });
     };
     let mounts: MountEntry[];
     try {
-      mounts = runtimeLayout(ready.base, { tmpDir, workspace, outputs, extra: this.#options.binds ?? [] });
+      if (this.#options.credentialEgress) {
+        gateway = await this.#options.credentialEgress.open({ scope: input.scope, runtimeId, signal });
+        if (gateway.caCertPem !== null) writeTrustFiles(join(dir, "egress"), gateway.caCertPem);
+      }
+      mounts = runtimeLayout(ready.base, { tmpDir, workspace, outputs, extra: this.#extraBinds(dir) });
       hostUser = await this.#hostUserFor(runtimeId);
       if (hostUser !== null) {
         await chown(tmpDir, hostUser.uid, hostUser.gid);
@@ -396,12 +423,14 @@ export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPo
       hostUser,
       createdAt: Date.now(),
       owner,
+      ...(gateway ? { egressEnv: { ...gateway.env } } : {}),
     };
     const live = this.#liveFor(state, ready.seccompFile, mounts, init.child.stdin);
     try {
       await writeState(dir, state);
-      live.egress = await this.#startEgress(state);
+      live.egress = gateway ? await this.#startGateway(state, gateway) : await this.#startEgress(state);
     } catch (err) {
+      gateway?.close();
       this.#live.set(runtimeId, live);
       await this.#destroy(state);
       return { type: "unavailable", reason: `starting the sandbox failed: ${(err as Error).message}`, retryable: true };
@@ -414,7 +443,19 @@ export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPo
 
   #liveFor(state: RuntimeState, seccompFile: string | null, mounts: MountEntry[], stdin: { destroy(): void } | null): Live {
     const network = this.#options.network;
-    const env = { ...BASE_ENV, ...(network?.mode === "proxy" ? proxyEnv(network.port ?? 3128) : {}), ...this.#options.env };
+    const gatewayEnv = this.#options.credentialEgress
+      ? {
+          ...sandboxProxyEnv(EGRESS_PROXY_PORT),
+          ...(existsSync(join(runtimeDir(this.stateRoot, state.runtimeId), "egress")) ? sandboxTrustEnv() : {}),
+          ...state.egressEnv,
+        }
+      : {};
+    const env = {
+      ...BASE_ENV,
+      ...(network?.mode === "proxy" ? proxyEnv(network.port ?? 3128) : {}),
+      ...this.#options.env,
+      ...gatewayEnv,
+    };
     const ctx: ExecContext = {
       tools: this.tools,
       initPid: state.initPid,
@@ -431,22 +472,49 @@ export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPo
     return { state, ctx, fs: new SandboxFs(mounts, state.hostUser), stdin, egress: null };
   }
 
-  async #startEgress(state: RuntimeState): Promise<Live["egress"]> {
-    const network = this.#options.network;
-    if (network?.mode !== "proxy") return null;
+  /** Extra binds plus, when the gateway gave this runtime a CA, its trust files (and the bundle over the trust store). */
+  #extraBinds(dir: string): ExtraBind[] {
+    const binds = [...(this.#options.binds ?? [])];
+    const egressDir = join(dir, "egress");
+    if (this.#options.credentialEgress && existsSync(egressDir)) {
+      binds.push({ source: egressDir, target: SANDBOX_EGRESS_DIR });
+      const store = this.#options.rootfs ? join(this.#options.rootfs, SYSTEM_TRUST_STORE) : SYSTEM_TRUST_STORE;
+      if (existsSync(store)) binds.push({ source: join(egressDir, "ca-bundle.pem"), target: SYSTEM_TRUST_STORE });
+    }
+    return binds;
+  }
+
+  /** The gateway's socket inside the sandbox's namespace: 127.0.0.1:3128 there, the only way out. */
+  async #startGateway(state: RuntimeState, gateway: SandboxEgress): Promise<Live["egress"]> {
+    const server = await this.#listenInSandbox(state, EGRESS_PROXY_PORT);
+    server.on("connection", (socket) => gateway.accept(socket));
+    return {
+      close: () => {
+        server.close();
+        gateway.close();
+      },
+    };
+  }
+
+  async #listenInSandbox(state: RuntimeState, port: number): Promise<Server> {
     const fd = openSync(`/proc/${state.initPid}/ns/net`, "r");
-    let server: Server;
     try {
       if (!(await isSameLiveProcess(state.initPid, state.initStart))) throw new Error("the sandbox exited during start");
-      server = await listenInNetns({ nsenterPath: this.tools.nsenter, netnsFd: fd, port: network.port ?? 3128 });
+      const server = await listenInNetns({ nsenterPath: this.tools.nsenter, netnsFd: fd, port });
+      server.unref();
+      return server;
     } finally {
       closeSync(fd);
     }
+  }
+
+  async #startEgress(state: RuntimeState): Promise<Live["egress"]> {
+    const network = this.#options.network;
+    if (network?.mode !== "proxy") return null;
+    const server = await this.#listenInSandbox(state, network.port ?? 3128);
     const proxy = new EgressProxy(network);
     server.on("connection", (socket) => proxy.accept(socket));
-    server.unref();
     return {
-      proxy,
       close: () => {
         server.close();
         proxy.close();
@@ -466,7 +534,7 @@ export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPo
       tmpDir: join(runtimeDir(this.stateRoot, runtimeId), "tmp"),
       workspace: state.workspace,
       outputs: state.outputs,
-      extra: this.#options.binds ?? [],
+      extra: this.#extraBinds(runtimeDir(this.stateRoot, runtimeId)),
     });
     return this.#liveFor(state, ready.seccompFile, mounts, null);
   }

@@ -4,15 +4,14 @@
  * absolute-form plain HTTP) with a host allowlist.
  *
  * The proxy runs in the host process, in the host's network namespace. Its
- * listening socket, however, lives in the sandbox's namespace: a throwaway
- * `node` child entered into that namespace (`nsenter --net`) binds
- * 127.0.0.1:<port> there and hands the listening socket back over the IPC
- * channel, then exits. So the sandbox reaches `127.0.0.1:<port>` and nothing
- * else, no forwarder process stays behind, and no host port is opened.
+ * listening socket, however, lives in the sandbox's namespace (see
+ * `listenInNetns` in @openma/egress). This is the static-allowlist proxy of
+ * `network: {mode: "proxy"}`; the environment-driven gateway with credential
+ * substitution is @openma/egress, composed as `credentialEgress`.
  */
-import { spawn } from "node:child_process";
 import http from "node:http";
-import net from "node:net";
+import type net from "node:net";
+import { absoluteHttpUrl, HOP_BY_HOP, openTunnel, refuseSocket, sandboxProxyEnv } from "@openma/egress";
 
 export interface EgressOptions {
   /**
@@ -78,23 +77,6 @@ function parseAuthority(authority: string): { host: string; port: number } | nul
   return port >= 1 && port <= 65535 ? { host: normalizeHost(match[1] as string), port } : null;
 }
 
-const HOP_BY_HOP = [
-  "connection",
-  "keep-alive",
-  "proxy-connection",
-  "proxy-authorization",
-  "proxy-authenticate",
-  "te",
-  "trailer",
-  "upgrade",
-];
-
-function refuse(socket: net.Socket, status: string, text: string): void {
-  socket.end(
-    `HTTP/1.1 ${status}\r\nContent-Type: text/plain\r\nContent-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`,
-  );
-}
-
 /** The proxy for one sandbox; sockets accepted in the sandbox's namespace are handed to `accept`. */
 export class EgressProxy {
   readonly #rules: Rule[];
@@ -117,54 +99,33 @@ export class EgressProxy {
   }
 
   accept(socket: net.Socket): void {
+    this.#track(socket);
+    this.#server.emit("connection", socket);
+  }
+
+  #track(socket: net.Socket): void {
     this.#sockets.add(socket);
     socket.once("close", () => this.#sockets.delete(socket));
     socket.on("error", () => socket.destroy());
-    this.#server.emit("connection", socket);
   }
 
   #tunnel(req: http.IncomingMessage, client: net.Socket, head: Buffer): void {
     const target = parseAuthority(req.url ?? "");
     if (!target) {
-      refuse(client, "400 Bad Request", "CONNECT needs host:port\n");
+      refuseSocket(client, "400 Bad Request", "CONNECT needs host:port\n");
       return;
     }
     if (!this.#decide("CONNECT", target.host, target.port)) {
-      refuse(client, "403 Forbidden", `egress to ${target.host}:${target.port} is not allowed by the sandbox egress policy\n`);
+      refuseSocket(client, "403 Forbidden", `egress to ${target.host}:${target.port} is not allowed by the sandbox egress policy\n`);
       return;
     }
-    const upstream = net.connect({ host: target.host, port: target.port });
-    this.#sockets.add(upstream);
-    upstream.once("close", () => this.#sockets.delete(upstream));
-    upstream.setTimeout(30_000, () => upstream.destroy(new Error("connect timeout")));
-    upstream.once("connect", () => {
-      upstream.setTimeout(0);
-      client.write("HTTP/1.1 200 Connection Established\r\n\r\n");
-      if (head.length > 0) upstream.write(head);
-      upstream.pipe(client);
-      client.pipe(upstream);
-    });
-    upstream.on("error", (err) => {
-      if (!client.writableEnded && upstream.bytesRead === 0 && upstream.bytesWritten === 0) {
-        refuse(client, "502 Bad Gateway", `cannot reach ${target.host}:${target.port}: ${err.message}\n`);
-      } else client.destroy();
-    });
-    client.on("error", () => upstream.destroy());
-    client.on("close", () => upstream.destroy());
+    // The static allowlist names its destinations, so the name is connected to as given.
+    openTunnel(client, head, target, target.host, { track: (socket) => this.#track(socket) });
   }
 
   #forward(req: http.IncomingMessage, res: http.ServerResponse): void {
-    let url: URL;
-    try {
-      url = new URL(req.url ?? "");
-    } catch {
-      res.writeHead(400, { "content-type": "text/plain" }).end("the sandbox egress proxy only accepts absolute http:// URLs and CONNECT\n");
-      return;
-    }
-    if (url.protocol !== "http:") {
-      res.writeHead(400, { "content-type": "text/plain" }).end("use CONNECT for https\n");
-      return;
-    }
+    const url = absoluteHttpUrl(req, res);
+    if (url === null) return;
     const port = url.port === "" ? 80 : Number(url.port);
     const host = normalizeHost(url.hostname);
     if (!this.#decide(req.method ?? "GET", host, port)) {
@@ -194,63 +155,5 @@ export class EgressProxy {
   }
 }
 
-/** The throwaway child: binds in the namespace it was started in, sends the listening socket, exits. */
-const LISTENER_SCRIPT = `
-const net = require("node:net");
-const port = Number(process.argv[1]);
-const server = net.createServer();
-server.once("error", (err) => { process.send({ error: err.message }, () => process.exit(1)); });
-server.listen({ host: "127.0.0.1", port, exclusive: true }, () => {
-  process.send({ listening: true }, server, () => { server.close(); process.disconnect(); });
-});
-`;
-
-/**
- * A listening socket on 127.0.0.1:`port` inside the network namespace open
- * at `netnsFd` (a file descriptor of /proc/<pid>/ns/net), owned by this
- * process.
- */
-export function listenInNetns(input: { nsenterPath: string; netnsFd: number; port: number; timeoutMs?: number }): Promise<net.Server> {
-  const child = spawn(input.nsenterPath, ["--net=/proc/self/fd/3", "--", process.execPath, "-e", LISTENER_SCRIPT, String(input.port)], {
-    stdio: ["ignore", "ignore", "pipe", input.netnsFd, "ipc"],
-    env: {},
-  });
-  let stderr = "";
-  child.stderr?.on("data", (chunk: Buffer) => {
-    if (stderr.length < 4096) stderr += chunk.toString("utf8");
-  });
-  return new Promise<net.Server>((resolve, reject) => {
-    const timer = setTimeout(() => {
-      child.kill("SIGKILL");
-      reject(new Error("egress listener: timed out"));
-    }, input.timeoutMs ?? 10_000);
-    child.on("message", (msg: { error?: string }, handle: unknown) => {
-      clearTimeout(timer);
-      if (handle instanceof net.Server) resolve(handle);
-      else reject(new Error(`egress listener: ${msg?.error ?? "no socket received"}`));
-    });
-    child.once("exit", (code) => {
-      clearTimeout(timer);
-      reject(new Error(`egress listener exited (${code}): ${stderr.trim()}`));
-    });
-    child.once("error", (err) => {
-      clearTimeout(timer);
-      reject(err);
-    });
-  });
-}
-
-/** Proxy environment for processes in an egress sandbox (both spellings: tools disagree on case). */
-export function proxyEnv(port: number): Record<string, string> {
-  const url = `http://127.0.0.1:${port}`;
-  return {
-    HTTP_PROXY: url,
-    HTTPS_PROXY: url,
-    ALL_PROXY: url,
-    http_proxy: url,
-    https_proxy: url,
-    all_proxy: url,
-    NO_PROXY: "",
-    no_proxy: "",
-  };
-}
+/** Proxy environment for processes in an egress sandbox. */
+export const proxyEnv = sandboxProxyEnv;

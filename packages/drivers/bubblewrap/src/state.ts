@@ -30,6 +30,11 @@ export interface RuntimeState {
   createdAt: number;
   /** Who acquired it (absent in records written before ownership was recorded): what `listOwned` reports. */
   owner?: RuntimeOwner;
+  /**
+   * Variables the credential-egress gateway gave the sandbox (placeholders under the credentials' names, never a
+   * secret), so a process that did not start the runtime runs commands with the same environment.
+   */
+  egressEnv?: Record<string, string>;
 }
 
 /** Ownership marks, as the other drivers write them as labels: ids and labels, never a credential. */

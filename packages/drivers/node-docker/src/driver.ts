@@ -12,8 +12,13 @@
  * container cannot be retained across host loss, so the capability says so.
  */
 import { createHash } from "node:crypto";
-import { isAbsolute, normalize } from "node:path";
+import { existsSync } from "node:fs";
+import { rm } from "node:fs/promises";
+import type { Server } from "node:net";
+import { tmpdir } from "node:os";
+import { isAbsolute, join, normalize } from "node:path";
 import {
+  type CredentialEgressPort,
   type FenceIdentity,
   isRuntimeIdentifier,
   type ManagedSandboxLease,
@@ -37,6 +42,14 @@ import {
   WORKSPACE_MOUNT_PATH,
   type WorkspaceBinding,
 } from "@openma/contract";
+import {
+  EGRESS_PROXY_PORT,
+  gatewaySandboxEnv,
+  listenInNetnsOf,
+  SANDBOX_EGRESS_DIR,
+  SYSTEM_TRUST_STORE,
+  writeTrustFiles,
+} from "@openma/egress";
 import type Docker from "dockerode";
 import { connectDocker, describeError, PROVISION_HINT, statusOf } from "./engine.ts";
 import { RUNTIME_DIR } from "./scripts.ts";
@@ -51,8 +64,8 @@ export const NODE_DOCKER_SANDBOX_CAPABILITIES: SandboxCapabilities = {
     has: ["duplex_process", "workspace_file_io", "stable_name_with_ownership_labels", "network_none_by_default"],
     lacks: ["provider_suspend_resume", "process_memory_checkpoint"],
   },
-  // `NetworkMode: none` blocks egress entirely; there is no proxy that could enforce credential use.
-  credentialEgress: { enforcement: "unsupported" },
+  // `NetworkMode: none` leaves only loopback: nothing leaves unless a composed egress gateway is the way out.
+  credentialEgress: { enforcement: "enforced", interceptedProtocols: [] },
 };
 
 /** Ownership labels; `openma.managed` + `openma.driver` mark a container this driver may kill. */
@@ -100,6 +113,17 @@ export interface NodeDockerSandboxOptions {
    * socket of the ama_worker lane). Read-only unless `writable`; they may not cover the workspace or outputs.
    */
   binds?: readonly { source: string; target: string; writable?: boolean }[];
+  /**
+   * The egress gateway the host composes (one per container, see @openma/egress). The container keeps
+   * `NetworkMode: none`; the gateway's listening socket is bound at 127.0.0.1:3128 inside the container's own
+   * network namespace (entered from the host), so it is the container's only way out. Needs dockerd on this
+   * host and this process as root.
+   */
+  credentialEgress?: CredentialEgressPort;
+  /** Host directory for the per-container trust files (default: under the OS temp dir). */
+  egressStateDir?: string;
+  /** nsenter (util-linux), to bind the gateway's socket inside the container (default /usr/bin/nsenter). */
+  nsenterPath?: string;
 }
 
 type Input<M extends "acquire" | "heartbeat" | "suspend" | "terminate" | "inspect"> = Parameters<ManagedSandboxPort[M]>[0];
@@ -144,11 +168,17 @@ function mountsFor(
   return { ok: true, mounts };
 }
 
+/** A running container's gateway, held by the process that acquired it. */
+interface LiveGateway {
+  close(): void;
+}
+
 export class NodeDockerSandbox implements ManagedSandboxPort, SandboxInventoryPort {
-  readonly capabilities = NODE_DOCKER_SANDBOX_CAPABILITIES;
+  readonly capabilities: SandboxCapabilities;
   readonly docker: Docker;
   readonly #options: NodeDockerSandboxOptions;
   readonly #limits: ResourceLimits;
+  readonly #gateways = new Map<string, LiveGateway>();
 
   constructor(options: NodeDockerSandboxOptions) {
     this.#options = options;
@@ -165,6 +195,21 @@ export class NodeDockerSandbox implements ManagedSandboxPort, SandboxInventoryPo
       const issue = bindIssue(bind);
       if (issue) throw new Error(`node-docker: binds: ${issue}`);
     }
+    if (options.credentialEgress && (options.networkMode ?? "none") !== "none")
+      throw new Error("node-docker: credentialEgress needs networkMode none (the gateway must be the only way out)");
+    const gateway = options.credentialEgress;
+    this.capabilities = gateway
+      ? {
+          ...NODE_DOCKER_SANDBOX_CAPABILITIES,
+          facts: {
+            has: [...NODE_DOCKER_SANDBOX_CAPABILITIES.facts.has, "egress_gateway", "credential_substitution"],
+            lacks: NODE_DOCKER_SANDBOX_CAPABILITIES.facts.lacks,
+          },
+          credentialEgress: gateway.capabilities,
+        }
+      : (options.networkMode ?? "none") === "none"
+        ? NODE_DOCKER_SANDBOX_CAPABILITIES
+        : { ...NODE_DOCKER_SANDBOX_CAPABILITIES, credentialEgress: { enforcement: "unsupported" } };
   }
 
   /** The plan is optional: the container is the same whatever harness lane runs in it. */
@@ -177,10 +222,12 @@ export class NodeDockerSandbox implements ManagedSandboxPort, SandboxInventoryPo
       const existing = await this.#adopt(name, labels);
       if (existing) return existing;
       if (input.signal.aborted) return { type: "unavailable", reason: "acquire aborted", retryable: true };
+      const egress = await this.#openEgress(name, input);
       let container: Docker.Container;
       try {
-        container = await this.docker.createContainer(this.#createOptions(name, labels, mounts.mounts));
+        container = await this.docker.createContainer(this.#createOptions(name, labels, [...mounts.mounts, ...egress.mounts], egress.env));
       } catch (err) {
+        await egress.close();
         // A concurrent acquire with the same key won the name: its container is this acquire's answer.
         if (statusOf(err) === 409) return this.#adoptAfterConflict(name, labels);
         throw err;
@@ -188,9 +235,11 @@ export class NodeDockerSandbox implements ManagedSandboxPort, SandboxInventoryPo
       try {
         if (input.signal.aborted) throw new Error("acquire aborted");
         await startIdempotent(container);
+        await egress.attach(container);
       } catch (err) {
         // Never leave a created-but-unowned container behind.
         await container.remove({ force: true, v: true }).catch(() => {});
+        await egress.close();
         throw err;
       }
       return { type: "acquired", lease: this.#lease(name, container.id, input.fence.generation) };
@@ -264,7 +313,72 @@ export class NodeDockerSandbox implements ManagedSandboxPort, SandboxInventoryPo
     };
   }
 
-  #createOptions(name: string, labels: Record<string, string>, mounts: Docker.MountConfig): Docker.ContainerCreateOptions {
+  /**
+   * The container's gateway, when one is composed: opened before the container exists (its trust files are
+   * bound and its placeholders set at create), attached to the container's network namespace once it runs.
+   */
+  async #openEgress(
+    name: string,
+    input: Pick<AcquireInput, "scope" | "signal">,
+  ): Promise<{
+    env: Record<string, string>;
+    mounts: Docker.MountConfig;
+    attach(container: Docker.Container): Promise<void>;
+    close(): Promise<void>;
+  }> {
+    const port = this.#options.credentialEgress;
+    if (!port) return { env: {}, mounts: [], attach: async () => {}, close: async () => {} };
+    const gateway = await port.open({ scope: input.scope, runtimeId: name, signal: input.signal });
+    const hostDir = join(this.#egressRoot(), name);
+    const env = gatewaySandboxEnv(gateway);
+    const mounts: Docker.MountConfig = [];
+    let server: Server | null = null;
+    const close = async () => {
+      server?.close();
+      gateway.close();
+      this.#gateways.delete(name);
+      await rm(hostDir, { recursive: true, force: true });
+    };
+    try {
+      if (gateway.caCertPem !== null) {
+        writeTrustFiles(hostDir, gateway.caCertPem);
+        mounts.push({ Type: "bind", Source: hostDir, Target: SANDBOX_EGRESS_DIR, ReadOnly: true });
+        mounts.push({ Type: "bind", Source: join(hostDir, "ca-bundle.pem"), Target: SYSTEM_TRUST_STORE, ReadOnly: true });
+      }
+    } catch (err) {
+      await close();
+      throw err;
+    }
+    return {
+      env,
+      mounts,
+      attach: async (container) => {
+        const info = await container.inspect();
+        if (!info.State.Running || !info.State.Pid) throw new Error(`container ${name} is not running`);
+        server = await listenInNetnsOf({ nsenterPath: this.#nsenter(), pid: info.State.Pid, port: EGRESS_PROXY_PORT });
+        server.on("connection", (socket) => gateway.accept(socket));
+        server.unref();
+        this.#gateways.set(name, { close: () => void close() });
+      },
+      close,
+    };
+  }
+
+  #egressRoot(): string {
+    return this.#options.egressStateDir ?? join(tmpdir(), `openma-docker-egress-${process.getuid?.() ?? "user"}`);
+  }
+
+  #nsenter(): string {
+    if (this.#options.nsenterPath) return this.#options.nsenterPath;
+    return ["/usr/bin/nsenter", "/bin/nsenter"].find((path) => existsSync(path)) ?? "nsenter";
+  }
+
+  #createOptions(
+    name: string,
+    labels: Record<string, string>,
+    mounts: Docker.MountConfig,
+    egressEnv: Record<string, string> = {},
+  ): Docker.ContainerCreateOptions {
     const networkMode = this.#options.networkMode ?? "none";
     const limits = this.#limits;
     return {
@@ -273,7 +387,7 @@ export class NodeDockerSandbox implements ManagedSandboxPort, SandboxInventoryPo
       Cmd: IDLE_COMMAND,
       WorkingDir: WORKSPACE_MOUNT_PATH,
       User: this.#options.user,
-      Env: Object.entries(this.#options.env ?? {}).map(([key, value]) => `${key}=${value}`),
+      Env: Object.entries({ ...this.#options.env, ...egressEnv }).map(([key, value]) => `${key}=${value}`),
       Labels: labels,
       NetworkDisabled: networkMode === "none",
       HostConfig: {
@@ -347,10 +461,14 @@ export class NodeDockerSandbox implements ManagedSandboxPort, SandboxInventoryPo
       // A container with this name that is not ours (or not this lease's) must never be killed.
       if (!ownedBy(info, lease)) return { type: "failed", error: `container ${lease.runtimeId} is not owned by this lease` };
       await this.docker.getContainer(info.Id).remove({ force: true, v: true });
+      this.#gateways.get(lease.runtimeId)?.close();
       return { type: "reaped" };
     } catch (err) {
       const status = statusOf(err);
-      if (status === 404) return { type: "not_found" };
+      if (status === 404) {
+        this.#gateways.get(lease.runtimeId)?.close();
+        return { type: "not_found" };
+      }
       // 409 "removal already in progress": another reaper got there first; it will finish.
       if (status === 409 && /already in progress/i.test(describeError(err))) return { type: "reaped" };
       return { type: "failed", error: `docker: ${describeError(err)}` };
