@@ -1,7 +1,7 @@
 /**
  * The kill -9 loop of issue 21, shared by every driver (the local ones in
  * test/serve/sandbox-crash-loop.test.ts, the cloud ones against their
- * stand-ins in test/cloud/crash-loop.test.ts): `openma serve` (a child
+ * stand-ins in test/cloud/crash-loop-<vendor>.test.ts): `openma serve` (a child
  * process on Postgres, scripted model) runs 4 sessions that take tool turns
  * in their sandboxes and is `kill -9`ed 20 times at seeded random points
  * (after a random number of new log events; fewer kills where a driver asks). Afterwards:
