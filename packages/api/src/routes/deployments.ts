@@ -104,8 +104,8 @@ async function pinAgent(db: Db, ref: DeploymentAgentParam): Promise<Deployment["
 }
 
 /** What a run would do must be possible now: the same checks as a session create (nothing written). */
-async function validateRunnable(deps: ApiDeps, d: Deployment): Promise<void> {
-  await prepareSession(deps, deps.storage.db, sessionInputOf(d), d.id);
+async function validateRunnable(deps: ApiDeps, db: Db, d: Deployment): Promise<void> {
+  await prepareSession(deps, db, sessionInputOf(d), d.id);
 }
 
 function rowOf(d: Deployment, anchorMs: number | null, lastScheduledMs: number | null): DeploymentRow {
@@ -299,7 +299,7 @@ export function deploymentRoutes(): Hono<AppEnv> {
       updated_at: now,
       archived_at: null,
     };
-    await validateRunnable(deps, d);
+    await validateRunnable(deps, deps.storage.db, d);
     await deps.storage.db.transaction().execute(async (trx) => {
       await trx
         .insertInto("deployments")
@@ -349,7 +349,7 @@ export function deploymentRoutes(): Hono<AppEnv> {
     const deps = c.get("deps");
     // Reads outside the transaction: the agent pin and the run checks only read other resources.
     const agent = input.agent === undefined ? undefined : await pinAgent(deps.storage.db, input.agent);
-    return updateDeployment(c, id, async (current) => {
+    return updateDeployment(c, id, async (current, _row, trx) => {
       if (current.archived_at) throw badRequest(`deployment ${JSON.stringify(id)} is archived and cannot be updated`);
       const next: Deployment = { ...current };
       if (agent) next.agent = agent;
@@ -371,7 +371,7 @@ export function deploymentRoutes(): Hono<AppEnv> {
           current.schedule?.expression !== next.schedule?.expression || current.schedule?.timezone !== next.schedule?.timezone;
       }
       if (JSON.stringify(next) === JSON.stringify(current)) return null;
-      await validateRunnable(deps, next);
+      await validateRunnable(deps, trx, next);
       const nowMs = deps.clock.now();
       next.updated_at = toIso(nowMs);
       // A new schedule counts from now: no occurrence before the change fires.
