@@ -263,8 +263,8 @@ async function updateDeployment(
   return c.json(presentDeployment(result, deps.clock.now()));
 }
 
-const listQuery = deploymentListFilters.extend(pageQuery(100));
-const runListQuery = deploymentRunListFilters.extend(pageQuery(100));
+export const deploymentListQuery = deploymentListFilters.extend(pageQuery(100));
+export const deploymentRunListQuery = deploymentRunListFilters.extend(pageQuery(100));
 
 export function deploymentRoutes(): Hono<AppEnv> {
   const r = new Hono<AppEnv>();
@@ -311,7 +311,7 @@ export function deploymentRoutes(): Hono<AppEnv> {
   });
 
   r.get("/", async (c) => {
-    const q = parseQuery(c, listQuery);
+    const q = parseQuery(c, deploymentListQuery);
     if (q.include_archived && q.status) throw badRequest("query: status and include_archived cannot be combined");
     const cursor = decodeCursor(q.page);
     let query = c
@@ -434,7 +434,7 @@ export function deploymentRunRoutes(): Hono<AppEnv> {
   });
 
   r.get("/", async (c) => {
-    const q = parseQuery(c, runListQuery);
+    const q = parseQuery(c, deploymentRunListQuery);
     const cursor = decodeCursor(q.page);
     let query = c
       .get("deps")

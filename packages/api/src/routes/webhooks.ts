@@ -33,14 +33,14 @@ interface Endpoint {
 const eventType = z.string().refine((t) => KNOWN_EVENT_TYPES.includes(t), "unknown webhook event type");
 const urlParam = z.string().min(1).max(2048);
 
-const createSchema = z.object({
+export const webhookCreateSchema = z.object({
   enabled_events: z.array(eventType).min(1).max(64),
   url: urlParam,
   description: z.string().max(2048).optional(),
   name: z.string().max(256).optional(),
 });
 
-const updateSchema = z.object({
+export const webhookUpdateSchema = z.object({
   description: z.string().max(2048).optional(),
   enabled_events: z.array(eventType).max(64).optional(),
   name: z.string().max(256).optional(),
@@ -48,14 +48,14 @@ const updateSchema = z.object({
   url: urlParam.optional(),
 });
 
-const listSchema = z.object({
+export const webhookListQuery = z.object({
   limit: queryInt(1, 100).optional(),
   after_id: z.string().max(256).optional(),
   before_id: z.string().max(256).optional(),
   order: z.enum(["asc", "desc"]).optional(),
 });
 
-const deliveriesSchema = z.object({
+export const webhookDeliveriesQuery = z.object({
   state: z.enum(["pending", "delivered", "dead"]).optional(),
   limit: queryInt(1, 1000).optional(),
 });
@@ -81,7 +81,7 @@ export function webhookEndpointRoutes(): Hono<AppEnv> {
   });
 
   r.post("/", async (c) => {
-    const input = await parseJsonBody(c, createSchema);
+    const input = await parseJsonBody(c, webhookCreateSchema);
     checkUrl(c, input.url);
     const deps = c.get("deps");
     const now = nowIso(c);
@@ -112,7 +112,7 @@ export function webhookEndpointRoutes(): Hono<AppEnv> {
   });
 
   r.get("/", async (c) => {
-    const q = parseQuery(c, listSchema);
+    const q = parseQuery(c, webhookListQuery);
     const limit = q.limit ?? 20;
     const desc = (q.order ?? "desc") === "desc";
     let query = c.get("deps").storage.db.selectFrom("webhook_endpoints").select(["id", "body"]);
@@ -134,7 +134,7 @@ export function webhookEndpointRoutes(): Hono<AppEnv> {
 
   r.post("/:endpoint_id", async (c) => {
     const id = pathId(c, "endpoint_id");
-    const input = await parseJsonBody(c, updateSchema, { allowEmpty: true });
+    const input = await parseJsonBody(c, webhookUpdateSchema, { allowEmpty: true });
     if (input.url !== undefined) checkUrl(c, input.url);
     const current = await loadEndpoint(c, id);
     const next: Endpoint = { ...current };
@@ -182,7 +182,7 @@ export function webhookEndpointRoutes(): Hono<AppEnv> {
 
   r.get("/:endpoint_id/deliveries", async (c) => {
     const id = pathId(c, "endpoint_id");
-    const q = parseQuery(c, deliveriesSchema);
+    const q = parseQuery(c, webhookDeliveriesQuery);
     await loadEndpoint(c, id);
     let query = c
       .get("deps")
