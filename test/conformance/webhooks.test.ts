@@ -7,8 +7,6 @@
  * through the API and the log. Time is a manual clock started at the wall
  * clock (unwrap checks the signed timestamp against the wall clock).
  */
-import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
 import Anthropic from "@anthropic-ai/sdk";
 import { appendEvents, type EventDraft } from "@openma/api";
 import { ManualClock } from "@openma/storage";
@@ -18,6 +16,7 @@ import { WebhookDeliveryWorker } from "@openma/webhooks";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { automationDeps, inProcessClient } from "../support/automation.ts";
 import { startTestServer, type TestServer } from "../support/server.ts";
+import { receiver } from "../support/webhook-receiver.ts";
 
 const BETA = { headers: { "anthropic-beta": "webhooks-2026-10-07" } };
 
@@ -28,46 +27,6 @@ async function errorOf(p: Promise<unknown>): Promise<InstanceType<typeof Anthrop
   );
   expect(err).toBeInstanceOf(Anthropic.APIError);
   return err as InstanceType<typeof Anthropic.APIError>;
-}
-
-interface Received {
-  body: string;
-  headers: Record<string, string>;
-}
-
-/** A receiver answering 500 to its first `failFirst` requests (all of them when Infinity), then 204. */
-async function receiver(failFirst: number): Promise<{ url: string; received: Received[]; close(): Promise<void> }> {
-  const received: Received[] = [];
-  let seen = 0;
-  const server: Server = createServer((req, res) => {
-    let body = "";
-    req.setEncoding("utf8");
-    req.on("data", (chunk: string) => {
-      body += chunk;
-    });
-    req.on("end", () => {
-      seen++;
-      if (seen <= failFirst) {
-        res.writeHead(500).end("not now");
-        return;
-      }
-      received.push({ body, headers: flat(req.headers) });
-      res.writeHead(204).end();
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as AddressInfo;
-  return {
-    url: `http://127.0.0.1:${port}/hooks`,
-    received,
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
-  };
-}
-
-function flat(headers: IncomingHttpHeaders): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const [k, v] of Object.entries(headers)) if (typeof v === "string") out[k] = v;
-  return out;
 }
 
 const status = (type: string, key: string): EventDraft => ({
