@@ -140,6 +140,8 @@ describe.each(BACKENDS)("deployments on %s", (dialect) => {
     const session = await t.client.beta.sessions.retrieve(run.session_id as string);
     expect(session).toMatchObject({ environment_id: envId, agent: { id: agentId, version: 1 } });
     expect((session as unknown as { deployment_id: string }).deployment_id).toBe(deployment.id);
+    expect((await t.client.beta.sessions.list({ deployment_id: deployment.id })).data.map((s) => s.id)).toEqual([session.id]);
+    expect((await t.client.beta.sessions.list({ deployment_id: "depl_none" })).data).toEqual([]);
     const events: string[] = [];
     for await (const e of t.client.beta.sessions.events.list(session.id)) events.push(e.type);
     expect(events).toEqual(["user.message"]);

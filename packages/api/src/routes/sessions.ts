@@ -358,7 +358,6 @@ async function listSessions(c: Context<AppEnv>) {
   const backwards = cursor?.d === "prev";
   const order = q.order ?? "desc";
   const scan = (order === "asc") !== backwards ? "asc" : "desc";
-  if (q.deployment_id) return { data: [], next_page: null, prev_page: null }; // sessions here never come from deployments
   let query = c
     .get("deps")
     .storage.db.selectFrom("sessions")
@@ -384,6 +383,11 @@ async function listSessions(c: Context<AppEnv>) {
   ] as const) {
     const value = q[key];
     if (value) query = query.where("created_at", op, new Date(value).toISOString());
+  }
+  if (q.deployment_id) {
+    // The body is written by JSON.stringify, so the member appears verbatim (a deployment run sets it).
+    const needle = `"deployment_id":${JSON.stringify(q.deployment_id)}`.replace(LIKE_SPECIAL, (ch) => `\\${ch}`);
+    query = query.where(sql<boolean>`sessions.body like ${`%${needle}%`} escape '\\'`);
   }
   if (q.memory_store_id) {
     // Resource bodies are written by JSON.stringify, so the member appears verbatim.
