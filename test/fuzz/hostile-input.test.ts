@@ -11,8 +11,11 @@ import { BACKENDS } from "@openma/storage/testing";
 import fc from "fast-check";
 import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
 import { startTestServer, type TestServer } from "../support/server.ts";
 import { documentedRoutes, FIELD_NAMES, QUERY_KEYS, ROUTES, type Route, SKIPPED } from "./routes.ts";
+
+const WEBHOOKS_BETA = "webhooks-2026-10-07";
 
 const RUNS_PER_ROUTE = 20;
 const SEED = 20261129;
@@ -125,7 +128,11 @@ type Ids = Record<string, string>;
 async function api(t: TestServer, method: string, path: string, body?: unknown, token?: string) {
   const res = await fetch(`${t.baseURL}${path}`, {
     method,
-    headers: { authorization: `Bearer ${token ?? t.apiKey}`, ...(body !== undefined ? { "content-type": "application/json" } : {}) },
+    headers: {
+      authorization: `Bearer ${token ?? t.apiKey}`,
+      "anthropic-beta": WEBHOOKS_BETA,
+      ...(body !== undefined ? { "content-type": "application/json" } : {}),
+    },
     body: body === undefined ? undefined : JSON.stringify(body),
   });
   const text = await res.text();
@@ -162,6 +169,18 @@ async function fixtures(t: TestServer): Promise<{ ids: Ids; creds: Record<"api" 
     await fetch(`${t.baseURL}/v1/skills`, { method: "POST", headers: { authorization: `Bearer ${t.apiKey}` }, body: skillForm })
   ).json();
   const resource = await api(t, "POST", `/v1/sessions/${session.id}/resources`, { type: "file", file_id: file.id });
+  const deployment = await api(t, "POST", "/v1/deployments", {
+    agent: agent.id,
+    environment_id: env.id,
+    name: "fx",
+    initial_events: [{ type: "user.message", content: [{ type: "text", text: "hi" }] }],
+  });
+  const deploymentRun = await api(t, "POST", `/v1/deployments/${deployment.id}/run`);
+  // Subscribed to an event this server never emits: no delivery attempt may write while a request is checked.
+  const webhook = await api(t, "POST", "/v1/organizations/webhooks", {
+    url: "https://hooks.example.com/fx",
+    enabled_events: ["external_key.failed"],
+  });
   return {
     ids: {
       agent: agent.id,
@@ -179,6 +198,9 @@ async function fixtures(t: TestServer): Promise<{ ids: Ids; creds: Record<"api" 
       skill: skill.id,
       skillversion: skill.latest_version_id,
       resource: resource.id,
+      deployment: deployment.id,
+      deploymentrun: deploymentRun.id,
+      webhook: webhook.id,
     },
     creds: { api: t.apiKey, env: shenv.environment_key, token: secret.sessions_token },
   };
@@ -255,7 +277,8 @@ describe.each(BACKENDS)("hostile input on %s", (dialect) => {
           let path = route.path.replace(/\{(\w+)\}/g, (_m, key: string) => ids[key] ?? key);
           if (hostilePath !== null) path = path.replace(/\/[a-z]+_[0-9a-z]+(?=\/|$)/, `/${hostilePath}`);
           const url = `${t.baseURL}${path}${query ? `?${query}` : ""}`;
-          const headers: Record<string, string> = { authorization: `Bearer ${creds[route.cred]}` };
+          // The webhook endpoints exist only behind their beta header; other routes ignore it.
+          const headers: Record<string, string> = { authorization: `Bearer ${creds[route.cred]}`, "anthropic-beta": WEBHOOKS_BETA };
           let payload: string | FormData | undefined;
           if (route.method !== "GET" && (route.body !== "none" || sendBody)) {
             payload = body;

@@ -38,6 +38,9 @@ const FIXTURE_OF: Record<string, string> = {
   memory_id: "memory",
   memory_version_id: "memversion",
   resource_id: "resource",
+  deployment_id: "deployment",
+  deployment_run_id: "deploymentrun",
+  endpoint_id: "webhook",
 };
 
 /** The worker's calls, made with the environment key. */

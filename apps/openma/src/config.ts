@@ -58,6 +58,13 @@ const schema = z.object({
   LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
   // The brain: the execution worker running the default harness (see packages/execution).
   OPENMA_BRAIN: z.enum(["on", "off"]).default("on"),
+  // Deployments' cron scheduler and the webhook delivery worker (docs/deployments.md, docs/webhooks.md).
+  OPENMA_SCHEDULER: z.enum(["on", "off"]).default("on"),
+  OPENMA_SCHEDULER_INTERVAL_MS: z.coerce.number().int().min(100).max(60_000).default(10_000),
+  OPENMA_WEBHOOKS: z.enum(["on", "off"]).default("on"),
+  OPENMA_WEBHOOK_ALLOW_PRIVATE_TARGETS: z.enum(["0", "1", "false", "true", "off", "on"]).default("0"),
+  OPENMA_WEBHOOK_MAX_ATTEMPTS: z.coerce.number().int().min(1).max(50).default(8),
+  OPENMA_WEBHOOK_RETRY_BASE_MS: z.coerce.number().int().min(10).max(3_600_000).default(5_000),
   OPENMA_SELF_HOSTED_BRAIN: z.enum(SELF_HOSTED_BRAIN_VALUES).default("server"),
   OPENMA_EXECUTION_CONCURRENCY: z.coerce.number().int().min(1).max(1000).default(16),
   OPENMA_EXECUTION_LEASE_TTL_MS: z.coerce.number().int().min(3000).max(600_000).default(30_000),
@@ -129,6 +136,14 @@ export interface ServerConfig {
   sseSendBufferBytes: number;
   transfers: { bufferBytes: number; fileUploadLimitBytes: number; maxConcurrent: number };
   logLevel: string;
+  automation: {
+    scheduler: boolean;
+    schedulerIntervalMs: number;
+    webhooks: boolean;
+    allowPrivateWebhookTargets: boolean;
+    webhookMaxAttempts: number;
+    webhookRetryBaseMs: number;
+  };
   brain: {
     enabled: boolean;
     selfHosted: SelfHostedBrain;
@@ -193,6 +208,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
       maxConcurrent: e.OPENMA_MAX_CONCURRENT_TRANSFERS,
     },
     logLevel: e.LOG_LEVEL,
+    automation: {
+      scheduler: e.OPENMA_SCHEDULER === "on",
+      schedulerIntervalMs: e.OPENMA_SCHEDULER_INTERVAL_MS,
+      webhooks: e.OPENMA_WEBHOOKS === "on",
+      allowPrivateWebhookTargets: ["1", "true", "on"].includes(e.OPENMA_WEBHOOK_ALLOW_PRIVATE_TARGETS),
+      webhookMaxAttempts: e.OPENMA_WEBHOOK_MAX_ATTEMPTS,
+      webhookRetryBaseMs: e.OPENMA_WEBHOOK_RETRY_BASE_MS,
+    },
     brain: {
       enabled: e.OPENMA_BRAIN === "on",
       selfHosted: e.OPENMA_SELF_HOSTED_BRAIN,

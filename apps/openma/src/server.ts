@@ -18,6 +18,7 @@ import type { BlobStore } from "@openma/storage/blobs";
 import type { Tracer } from "@opentelemetry/api";
 import pino from "pino";
 import { ensureAdminKey } from "./admin-key.ts";
+import { startAutomation } from "./automation.ts";
 import type { ServerConfig } from "./config.ts";
 import { meteredBackend, meteredModel, serveMetrics, workerMetrics } from "./metrics.ts";
 import { dockerEngineCheck, mountOps, type ReadinessCheck, readiness, storageChecks } from "./ops.ts";
@@ -104,6 +105,7 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
     onSessionClosed: (sessionId) => brain?.sandboxes.release(sessionId),
     secrets: secretKeys.box,
     metrics: observed?.metrics,
+    webhooks: { allowPrivateTargets: config.automation.allowPrivateWebhookTargets },
     ...opts.deps,
   };
   await sealSecretsAtRest(storage, deps, secretKeys, logger);
@@ -165,6 +167,8 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
       })
     : null;
 
+  const automation = startAutomation(config.automation, deps);
+
   let closing: Promise<void> | null = null;
   let draining: Promise<void> | null = null;
   const running: RunningServer = {
@@ -187,6 +191,7 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
           server.close(() => resolve());
           (server as unknown as { closeAllConnections?: () => void }).closeAllConnections?.();
         });
+        await automation.stop();
         // Sessions in the runtime host's sandboxes: cancelled cooperatively, then hard-killed; nothing more is published.
         await runtimeHost?.close();
         // Running turns go back to pending so another process resumes them at once.

@@ -10,6 +10,7 @@ import type { ApiDeps, AppEnv } from "./context.ts";
 import { ApiError } from "./errors.ts";
 import { openApiDocument } from "./openapi.ts";
 import { agentRoutes } from "./routes/agents.ts";
+import { deploymentRoutes, deploymentRunRoutes } from "./routes/deployments.ts";
 import { environmentRoutes } from "./routes/environments.ts";
 import { eventRoutes } from "./routes/events.ts";
 import { fileRoutes } from "./routes/files.ts";
@@ -17,6 +18,7 @@ import { memoryStoreRoutes } from "./routes/memory-stores.ts";
 import { sessionRoutes } from "./routes/sessions.ts";
 import { skillRoutes } from "./routes/skills.ts";
 import { vaultRoutes } from "./routes/vaults.ts";
+import { webhookEndpointRoutes } from "./routes/webhooks.ts";
 import { workRoutes } from "./routes/work.ts";
 
 export interface AppInfo {
@@ -98,6 +100,9 @@ export function createApp(deps: ApiDeps, info: AppInfo = { version: "0.0.0" }): 
   app.route("/v1/files", fileRoutes());
   app.route("/v1/skills", skillRoutes());
   app.route("/v1/memory_stores", memoryStoreRoutes());
+  app.route("/v1/deployments", deploymentRoutes());
+  app.route("/v1/deployment_runs", deploymentRunRoutes());
+  app.route("/v1/organizations/webhooks", webhookEndpointRoutes());
   return app;
 }
 

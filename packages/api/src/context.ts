@@ -49,6 +49,8 @@ export interface ApiDeps {
   transfers?: TransferSettings | undefined;
   /** Request, event-stream and append metrics (`openma serve`: Prometheus); absent: none recorded. */
   metrics?: OpenmaMetrics | undefined;
+  /** Webhook delivery policy; `allowPrivateTargets` (OPENMA_WEBHOOK_ALLOW_PRIVATE_TARGETS) admits loopback/private URLs and plain http. */
+  webhooks?: { allowPrivateTargets: boolean } | undefined;
 }
 
 /** Published on the change bus after a session is archived or deleted. */

@@ -13,10 +13,13 @@ import { z } from "zod";
 import { createDocument, type ZodOpenApiOperationObject, type ZodOpenApiPathsObject } from "zod-openapi";
 import { documentQuery, pageOnlyQuery } from "./pagination.ts";
 import { agentVersionQuery } from "./routes/agents.ts";
+import { deploymentListQuery, deploymentRunListQuery } from "./routes/deployments.ts";
 import { eventListQuery, eventStreamQuery } from "./routes/events.ts";
 import { sessionListPageQuery } from "./routes/sessions.ts";
+import { webhookCreateSchema, webhookDeliveriesQuery, webhookListQuery, webhookUpdateSchema } from "./routes/webhooks.ts";
 import { workHeartbeatQuery, workPollQuery, workStopBody, workUpdateBody } from "./routes/work.ts";
 import { agentCreateSchema, agentUpdateSchema } from "./schemas/agent.ts";
+import { deploymentCreateSchema, deploymentUpdateSchema } from "./schemas/deployment.ts";
 import { environmentCreateSchema, environmentUpdateSchema } from "./schemas/environment.ts";
 import { sendEventsSchema } from "./schemas/events.ts";
 import { fileListQuery } from "./schemas/file.ts";
@@ -181,6 +184,42 @@ export const OPERATIONS: readonly Operation[] = [
     "redactMemoryVersion",
     "Redact a memory version",
   ),
+
+  op("post", "/v1/deployments", "createDeployment", "Create a deployment", { body: deploymentCreateSchema }),
+  op("get", "/v1/deployments", "listDeployments", "List deployments", { query: deploymentListQuery }),
+  op("get", "/v1/deployments/{deployment_id}", "retrieveDeployment", "Retrieve a deployment"),
+  op("post", "/v1/deployments/{deployment_id}", "updateDeployment", "Update a deployment", { body: deploymentUpdateSchema }),
+  op("post", "/v1/deployments/{deployment_id}/archive", "archiveDeployment", "Archive a deployment"),
+  op("post", "/v1/deployments/{deployment_id}/pause", "pauseDeployment", "Pause a deployment's schedule"),
+  op("post", "/v1/deployments/{deployment_id}/unpause", "unpauseDeployment", "Unpause a deployment's schedule"),
+  op("post", "/v1/deployments/{deployment_id}/run", "runDeployment", "Run a deployment now"),
+  op("get", "/v1/deployment_runs", "listDeploymentRuns", "List deployment runs", { query: deploymentRunListQuery }),
+  op("get", "/v1/deployment_runs/{deployment_run_id}", "retrieveDeploymentRun", "Retrieve a deployment run"),
+
+  op("post", "/v1/organizations/webhooks", "createWebhookEndpoint", "Create a webhook endpoint (signing secret shown once)", {
+    body: webhookCreateSchema,
+  }),
+  op("get", "/v1/organizations/webhooks", "listWebhookEndpoints", "List webhook endpoints", { query: webhookListQuery }),
+  op("get", "/v1/organizations/webhooks/{endpoint_id}", "retrieveWebhookEndpoint", "Retrieve a webhook endpoint"),
+  op("post", "/v1/organizations/webhooks/{endpoint_id}", "updateWebhookEndpoint", "Update a webhook endpoint", {
+    body: webhookUpdateSchema,
+  }),
+  op("delete", "/v1/organizations/webhooks/{endpoint_id}", "deleteWebhookEndpoint", "Delete a webhook endpoint"),
+  op(
+    "post",
+    "/v1/organizations/webhooks/{endpoint_id}/regenerate_signing_secret",
+    "regenerateWebhookSigningSecret",
+    "Replace a webhook endpoint's signing secret",
+  ),
+  op(
+    "get",
+    "/v1/organizations/webhooks/{endpoint_id}/deliveries",
+    "listWebhookDeliveries",
+    "List an endpoint's deliveries (dead-letter included)",
+    {
+      query: webhookDeliveriesQuery,
+    },
+  ),
 ];
 
 /** One tag per resource family (the second path segment). */
@@ -192,6 +231,9 @@ export const TAG_NAMES: Record<string, string> = {
   files: "Files",
   skills: "Skills and skill versions",
   memory_stores: "Memory stores, memories and memory versions",
+  deployments: "Deployments: an agent, an environment and initial events, run on a cron schedule or on demand",
+  deployment_runs: "Deployment runs: one immutable record per run",
+  organizations: "Organization webhook endpoints and their deliveries",
 };
 
 const errorBody = z

@@ -8,6 +8,8 @@ import { runtimeFence } from "./migrations/0005_runtime_fence.ts";
 import { sessionExecution } from "./migrations/0006_session_execution.ts";
 import { sandboxOwners } from "./migrations/0007_sandbox_owners.ts";
 import { sessionActivity } from "./migrations/0015_session_activity.ts";
+import { deployments } from "./migrations/0016_deployments.ts";
+import { webhooks } from "./migrations/0017_webhooks.ts";
 
 /** Ordered by name; a new migration is a new file plus one line here. */
 export const migrations: Record<string, Migration> = {
@@ -19,6 +21,8 @@ export const migrations: Record<string, Migration> = {
   "0006_session_execution": sessionExecution,
   "0007_sandbox_owners": sandboxOwners,
   "0015_session_activity": sessionActivity,
+  "0016_deployments": deployments,
+  "0017_webhooks": webhooks,
 };
 
 /**

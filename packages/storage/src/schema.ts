@@ -225,6 +225,10 @@ export interface Database {
   sandbox_owners: SandboxOwnerRow;
   openma_deployment: { id: string };
   session_activity: SessionActivityRow;
+  deployments: DeploymentRow;
+  deployment_runs: DeploymentRunRow;
+  webhook_endpoints: WebhookEndpointRow;
+  webhook_deliveries: WebhookDeliveryRow;
 }
 
 /** One resource fence per runtime scope (times are epoch ms; refs are canonical JSON). */
@@ -320,4 +324,64 @@ export interface SessionActivityRow {
   active_ms: number;
   /** Start of the open running interval; null while the session is not running. */
   running_since_ms: number | null;
+}
+
+/** A deployment (migration 0016): `body` is the API document; the other columns serve the scheduler. */
+export interface DeploymentRow {
+  id: string;
+  agent_id: string;
+  /** active | paused */
+  status: string;
+  body: string;
+  schedule_expression: string | null;
+  schedule_timezone: string | null;
+  /** Occurrences at or before this instant (epoch ms) never fire. */
+  schedule_anchor_ms: number | null;
+  /** The newest occurrence fired (epoch ms). */
+  last_scheduled_ms: number | null;
+  created_at: string;
+  updated_at: string;
+  archived_at: string | null;
+}
+
+/** One immutable deployment run (migration 0016); unique per (deployment_id, scheduled_at). */
+export interface DeploymentRunRow {
+  id: string;
+  deployment_id: string;
+  /** schedule | manual */
+  trigger_type: string;
+  scheduled_at: string | null;
+  /** 1 when the run records a failure, else 0. */
+  has_error: number;
+  body: string;
+  created_at: string;
+}
+
+/** A webhook endpoint (migration 0017); `secret` is the `whsec_` signing secret. */
+export interface WebhookEndpointRow {
+  id: string;
+  body: string;
+  secret: string;
+  /** enabled | disabled */
+  state: string;
+  created_at: string;
+}
+
+/** One event to one endpoint (migration 0017): the outbox row and its delivery state. */
+export interface WebhookDeliveryRow {
+  id: string;
+  endpoint_id: string;
+  event_id: string;
+  event_type: string;
+  order_key: string;
+  order_seq: number;
+  payload: string;
+  /** pending | delivered | dead */
+  state: string;
+  attempts: number;
+  next_attempt_at_ms: number;
+  lease_until_ms: number;
+  last_error: string | null;
+  created_at_ms: number;
+  finished_at_ms: number | null;
 }

@@ -1,7 +1,9 @@
 /** `/v1/agents`: create, retrieve (optionally a version), update with version bump, list, archive, versions. */
 
+import type { Database } from "@openma/storage";
 import type { Context } from "hono";
 import { Hono } from "hono";
+import type { Kysely, Transaction } from "kysely";
 import { z } from "zod";
 import { requireCredential } from "../auth.ts";
 import type { AppEnv } from "../context.ts";
@@ -30,7 +32,11 @@ export interface Agent extends AgentConfig {
 }
 
 export async function loadAgent(c: Context<AppEnv>, id: string, version?: number): Promise<Agent> {
-  const { db } = c.get("deps").storage;
+  return loadAgentIn(c.get("deps").storage.db, id, version);
+}
+
+/** The agent (or one of its versions) read through `db`, a transaction or not. */
+export async function loadAgentIn(db: Kysely<Database> | Transaction<Database>, id: string, version?: number): Promise<Agent> {
   const row = await db.selectFrom("agents").selectAll().where("id", "=", id).executeTakeFirst();
   if (!row) throw notFound("agent", id);
   if (version === undefined || version === row.version) return fromJson<Agent>(row.body);

@@ -7,17 +7,19 @@
  */
 import { brainRunsOnServer, TURN_BEARING_TYPES } from "@openma/execution/placement";
 import { EXECUTION_TOPIC, forgetSession, requestTurn } from "@openma/execution/queue";
-import type { Database, SessionResourceRow, SessionRow } from "@openma/storage";
+import { type Database, type IdFactory, type SessionResourceRow, type SessionRow, toIso } from "@openma/storage";
+import { recordWebhookEvents } from "@openma/webhooks";
 import type { Context } from "hono";
 import { Hono } from "hono";
 import { type Kysely, sql, type Transaction } from "kysely";
+import type { z } from "zod";
 import { assertSessionScope, requireCredential } from "../auth.ts";
-import { type AppEnv, SESSIONS_CLOSED_TOPIC } from "../context.ts";
+import { type ApiDeps, type AppEnv, SESSIONS_CLOSED_TOPIC } from "../context.ts";
 import { badRequest, notFound } from "../errors.ts";
 import { appendEvents, lockSession, notifySession } from "../event-log.ts";
 import { decodeCursor, encodeCursor, pageOf, pageOnlyQuery, pageQuery } from "../pagination.ts";
 import { agentConfigProblem, normalizeModel, normalizeSkills, normalizeTools } from "../schemas/agent.ts";
-import { draftFromParam, type EventDraft } from "../schemas/events.ts";
+import { draftFromParam, type EventDraft, type EventParam } from "../schemas/events.ts";
 import {
   type AgentRefParam,
   agentSnapshot,
@@ -37,10 +39,10 @@ import {
 import { loadActivities, loadActivity, NEVER_RAN, withActivity } from "../session-activity.ts";
 import { ensureSessionWork, stopSessionWork } from "../session-work.ts";
 import { limitBody, MB } from "../uploads.ts";
-import { fromJson, newIdFor, nowIso, pathId } from "../util.ts";
+import { fromJson, nowIso, pathId } from "../util.ts";
 import { parseJsonBody, parseQuery } from "../validate.ts";
 import { notifyWork } from "../work-queue.ts";
-import { loadAgent } from "./agents.ts";
+import { loadAgentIn } from "./agents.ts";
 
 type Db = Kysely<Database> | Transaction<Database>;
 
@@ -86,12 +88,12 @@ export async function environmentType(db: Db, environmentId: string): Promise<st
   return env?.config_type;
 }
 
-async function resolveAgent(c: Context<AppEnv>, ref: AgentRefParam): Promise<SessionAgent> {
+async function resolveAgent(db: Db, ref: AgentRefParam): Promise<SessionAgent> {
   const id = typeof ref === "string" ? ref : ref.id;
-  const latest = await loadAgent(c, id);
-  if (latest.archived_at) throw badRequest(`agent: agent ${JSON.stringify(id)} is archived`);
+  const latest = await loadAgentIn(db, id);
+  if (latest.archived_at) throw badRequest(`agent: agent ${JSON.stringify(id)} is archived`, { error_code: "agent_archived" });
   const version = typeof ref === "string" ? undefined : ref.version;
-  const agent = version === undefined || version === latest.version ? latest : await loadAgent(c, id, version);
+  const agent = version === undefined || version === latest.version ? latest : await loadAgentIn(db, id, version);
   const snapshot = agentSnapshot(agent);
   if (typeof ref === "string" || ref.type === "agent") return snapshot;
   if (ref.model !== undefined) snapshot.model = normalizeModel(ref.model);
@@ -149,8 +151,7 @@ async function present(c: Context<AppEnv>, session: Session): Promise<Session> {
 type ResourceInsert = Omit<SessionResourceRow, "session_id">;
 
 /** Validates resource params against the database and builds their rows (body = response shape). */
-async function prepareResources(c: Context<AppEnv>, params: readonly ResourceParam[], now: string): Promise<ResourceInsert[]> {
-  const { db } = c.get("deps").storage;
+async function prepareResources(ids: IdFactory, db: Db, params: readonly ResourceParam[], now: string): Promise<ResourceInsert[]> {
   for (const [i, p] of params.entries()) if (p.type === "file") await checkFile(db, p.file_id, `resources[${i}].file_id`);
   const storeIds = params.flatMap((p) => (p.type === "memory_store" ? [p.memory_store_id] : []));
   const stores = storeIds.length
@@ -160,7 +161,7 @@ async function prepareResources(c: Context<AppEnv>, params: readonly ResourcePar
   const taken = new Set<string>();
   const rows: ResourceInsert[] = [];
   for (const [i, p] of params.entries()) {
-    const id = newIdFor(c, "sesrsc");
+    const id = ids("sesrsc");
     const stamp = { created_at: now, updated_at: now };
     if (p.type === "memory_store") {
       const store = storeById.get(p.memory_store_id);
@@ -213,19 +214,39 @@ function sessionRowOf(s: Session): Omit<SessionRow, "last_seq"> {
   };
 }
 
-async function createSession(c: Context<AppEnv>): Promise<Session> {
-  const input = await parseJsonBody(c, sessionCreateSchema);
-  const deps = c.get("deps");
-  const { db } = deps.storage;
-  const agent = await resolveAgent(c, input.agent);
+/** What `POST /v1/sessions` (and a deployment run) creates a session from. */
+export type SessionCreateInput = Omit<z.output<typeof sessionCreateSchema>, "initial_events"> & {
+  initial_events?: EventParam[] | undefined;
+};
+
+/** A validated session, ready to insert. */
+export interface PreparedSession {
+  session: Session;
+  resources: ResourceInsert[];
+  drafts: EventDraft[];
+  configType: string;
+}
+
+/**
+ * Validates `input` against the database and builds the session. Throws the
+ * ApiError a create request answers; writes nothing, so a deployment run can
+ * record the failure in the same transaction.
+ */
+export async function prepareSession(
+  deps: ApiDeps,
+  db: Db,
+  input: SessionCreateInput,
+  deploymentId: string | null = null,
+): Promise<PreparedSession> {
+  const agent = await resolveAgent(db, input.agent);
   const env = await usableEnvironment(db, input.environment_id);
   const vaultIds = await checkVaults(db, input.vault_ids ?? []);
   await checkRubricFiles(db, input.initial_events ?? [], "initial_events");
-  const now = nowIso(c);
-  const resources = await prepareResources(c, input.resources ?? [], now);
+  const now = toIso(deps.clock.now());
+  const resources = await prepareResources(deps.ids, db, input.resources ?? [], now);
   const session: Session = {
     type: "session",
-    id: newIdFor(c, "sesn"),
+    id: deps.ids("sesn"),
     status: "idle",
     agent,
     environment_id: env.id,
@@ -240,31 +261,65 @@ async function createSession(c: Context<AppEnv>): Promise<Session> {
     created_at: now,
     updated_at: now,
     archived_at: null,
-    deployment_id: null,
+    deployment_id: deploymentId,
   };
   const drafts = (input.initial_events ?? []).map((e) => draftFromParam(e, deps.ids));
-  const result = await db.transaction().execute(async (trx) => {
+  return { session, resources, drafts, configType: env.config_type };
+}
+
+export interface InsertedSession {
+  session: Session;
+  body: string;
+  /** Initial events were appended (readers need a wake-up). */
+  appended: boolean;
+  work: { created: boolean } | null;
+  turn: boolean;
+}
+
+/** Writes a prepared session, its resources and initial events in `trx`; call `announceSession` after commit. */
+export async function insertSession(trx: Transaction<Database>, deps: ApiDeps, p: PreparedSession): Promise<InsertedSession> {
+  const { session, resources, drafts } = p;
+  await trx
+    .insertInto("sessions")
+    .values({ ...sessionRowOf(session), last_seq: 0 })
+    .execute();
+  if (resources.length)
     await trx
-      .insertInto("sessions")
-      .values({ ...sessionRowOf(session), last_seq: 0 })
+      .insertInto("session_resources")
+      .values(resources.map((r) => ({ ...r, session_id: session.id })))
       .execute();
-    if (resources.length)
-      await trx
-        .insertInto("session_resources")
-        .values(resources.map((r) => ({ ...r, session_id: session.id })))
-        .execute();
-    if (drafts.length === 0) return { body: JSON.stringify(session), work: null, turn: false };
-    await appendEvents(deps, session.id, drafts, { trx });
-    const work = env.config_type === "self_hosted" ? await ensureSessionWork(trx, deps, env.id, session.id) : null;
-    const turn = brainRunsOnServer(env.config_type, deps.selfHostedBrain) && drafts.some((d) => TURN_BEARING_TYPES.has(d.type));
-    if (turn) await requestTurn(trx, session.id, deps.clock.now());
-    // Appending may have projected events (outcomes) onto the body: return what is stored.
-    return { body: (await loadSessionRow(trx, session.id)).body, work, turn };
-  });
-  if (drafts.length) await notifySession(deps, session.id);
-  if (result.work?.created) await notifyWorkers(c, env.id);
-  if (result.turn) await notifyExecution(c);
-  return present(c, fromJson<Session>(result.body));
+  await recordWebhookEvents(trx, deps, [{ type: "session.created", id: session.id, orderKey: session.id, orderSeq: 0 }]);
+  if (drafts.length === 0) return { session, body: JSON.stringify(session), appended: false, work: null, turn: false };
+  await appendEvents(deps, session.id, drafts, { trx });
+  const work = p.configType === "self_hosted" ? await ensureSessionWork(trx, deps, session.environment_id, session.id) : null;
+  const turn = brainRunsOnServer(p.configType, deps.selfHostedBrain) && drafts.some((d) => TURN_BEARING_TYPES.has(d.type));
+  if (turn) await requestTurn(trx, session.id, deps.clock.now());
+  // Appending may have projected events (outcomes) onto the body: return what is stored.
+  return { session, body: (await loadSessionRow(trx, session.id)).body, appended: true, work, turn };
+}
+
+/** After commit: wakes the session's readers, the environment's workers and the execution workers. Best effort. */
+export async function announceSession(deps: ApiDeps, created: InsertedSession): Promise<void> {
+  if (created.appended) await notifySession(deps, created.session.id);
+  if (created.work?.created) {
+    await notifyWork(deps, created.session.environment_id).catch((err: Error) => {
+      deps.logger.warn({ err: err.message, environment_id: created.session.environment_id }, "work notification failed");
+    });
+  }
+  if (created.turn) {
+    await deps.storage.bus.publish(EXECUTION_TOPIC).catch((err: Error) => {
+      deps.logger.warn({ err: err.message }, "execution notification failed");
+    });
+  }
+}
+
+async function createSession(c: Context<AppEnv>): Promise<Session> {
+  const input = await parseJsonBody(c, sessionCreateSchema);
+  const deps = c.get("deps");
+  const prepared = await prepareSession(deps, deps.storage.db, input);
+  const created = await deps.storage.db.transaction().execute((trx) => insertSession(trx, deps, prepared));
+  await announceSession(deps, created);
+  return present(c, fromJson<Session>(created.body));
 }
 
 async function updateSession(c: Context<AppEnv>, id: string): Promise<Session> {
@@ -303,7 +358,6 @@ async function listSessions(c: Context<AppEnv>) {
   const backwards = cursor?.d === "prev";
   const order = q.order ?? "desc";
   const scan = (order === "asc") !== backwards ? "asc" : "desc";
-  if (q.deployment_id) return { data: [], next_page: null, prev_page: null }; // sessions here never come from deployments
   let query = c
     .get("deps")
     .storage.db.selectFrom("sessions")
@@ -329,6 +383,11 @@ async function listSessions(c: Context<AppEnv>) {
   ] as const) {
     const value = q[key];
     if (value) query = query.where("created_at", op, new Date(value).toISOString());
+  }
+  if (q.deployment_id) {
+    // The body is written by JSON.stringify, so the member appears verbatim (a deployment run sets it).
+    const needle = `"deployment_id":${JSON.stringify(q.deployment_id)}`.replace(LIKE_SPECIAL, (ch) => `\\${ch}`);
+    query = query.where(sql<boolean>`sessions.body like ${`%${needle}%`} escape '\\'`);
   }
   if (q.memory_store_id) {
     // Resource bodies are written by JSON.stringify, so the member appears verbatim.
@@ -563,7 +622,7 @@ function resourceRoutes(): Hono<AppEnv> {
     const input = await parseJsonBody(c, resourceAddSchema);
     const { db } = c.get("deps").storage;
     await loadSessionRow(db, sessionId);
-    const [prepared] = await prepareResources(c, [input], nowIso(c));
+    const [prepared] = await prepareResources(c.get("deps").ids, db, [input], nowIso(c));
     if (!prepared) throw new Error("unreachable: one resource param yields one row");
     const resource = fromJson<Record<string, unknown>>(prepared.body);
     await changeResources(c, sessionId, async (trx, session) => {

@@ -141,7 +141,7 @@ export const defineOutcomeParam = z.object({
   max_iterations: z.number().int().min(1).max(20).nullish(),
 });
 
-const systemMessageParam = z.object({
+export const systemMessageParam = z.object({
   type: z.literal("system.message"),
   content: z
     .array(z.object({ type: z.literal("text"), text: z.string().max(TEXT_MAX) }))

@@ -1,0 +1,2 @@
+export * from "./cron.ts";
+export * from "./scheduler.ts";

@@ -1,0 +1,4 @@
+export * from "./outbox.ts";
+export * from "./signing.ts";
+export * from "./targets.ts";
+export * from "./worker.ts";
