@@ -2,6 +2,9 @@
 # Builds the sandbox images without any registry:
 #   openma/sandbox-base:<tag>     Debian bookworm minbase + node, bash, coreutils, tar, unzip, ripgrep
 #   openma/sandbox-busybox:<tag>  a static busybox only, for fast tests
+#   openma/sandbox-dev:<tag>      the base plus the toolchain of a cloud dev container: git, curl, wget,
+#                                 python3 with pip and venv, Node with npm, build-essential, jq, ripgrep,
+#                                 unzip/zip, openssh-client, ... (docs/images.md: size, build time)
 # Each is a local rootfs loaded with `docker import`. The rootfs directories
 # stay under /var/lib/openma/rootfs/ for the bubblewrap driver.
 #
@@ -15,18 +18,29 @@
 #   OPENMA_DEBIAN_MIRROR   debootstrap mirror (default http://deb.debian.org/debian)
 #   OPENMA_NODE_BINARY     node to copy into the base image (default: the `node` on PATH, which under
 #                          `npm run provision` is the project's own Node 24 from node_modules/.bin)
+#   OPENMA_NPM_DIR         npm package directory copied into the dev image (default: the npm running
+#                          this script under `npm run`, else the one on PATH)
+#   OPENMA_DEV_IMAGE       0: skip the dev image (default 1: build it)
 #   OPENMA_STATE_DIR       default /var/lib/openma
+#   OPENMA_DEB_CACHE       where debootstrap keeps downloaded packages (default /var/cache/openma/debootstrap)
 set -euo pipefail
 
 SUITE=bookworm
 MIRROR="${OPENMA_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 INCLUDE=bash,coreutils,tar,gzip,unzip,ripgrep,libstdc++6,ca-certificates,procps
+# What a coding agent expects of a dev container; Recommends are not pulled (debootstrap never does).
+DEV_INCLUDE="$INCLUDE,git,curl,wget,python3,python3-pip,python3-venv,python3-dev,build-essential,pkg-config,jq,zip,xz-utils,bzip2,openssh-client,less,file,patch,tree,sqlite3,gnupg,netbase"
+WITH_DEV="${OPENMA_DEV_IMAGE:-1}"
 STATE_DIR="${OPENMA_STATE_DIR:-/var/lib/openma}"
 ROOTFS_DIR="$STATE_DIR/rootfs"
-DEB_CACHE=/var/cache/openma/debootstrap
+DEB_CACHE="${OPENMA_DEB_CACHE:-/var/cache/openma/debootstrap}"
 MANIFEST="$STATE_DIR/images.json"
 BASE_REPO=openma/sandbox-base
 BUSYBOX_REPO=openma/sandbox-busybox
+DEV_REPO=openma/sandbox-dev
+# The unprivileged identity sandboxes run as (the Docker driver's default user, bubblewrap's default sandbox uid).
+AGENT_UID=1000
+AGENT_HOME=/home/agent
 SANDBOX_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 log() { printf 'build-images: %s\n' "$*" >&2; }
@@ -49,6 +63,21 @@ BUSYBOX_BIN="$(readlink -f "$(command -v busybox || echo /bin/busybox)")"
 # A dynamically linked busybox would not run in an image that has no libc.
 if ldd "$BUSYBOX_BIN" 2>&1 | grep -q '=>'; then die "$BUSYBOX_BIN is not static; install busybox-static"; fi
 
+# npm is plain JavaScript: the dev image gets the one driving this build (npm_execpath under `npm run`).
+NPM_DIR=""
+if [ "$WITH_DEV" = 1 ]; then
+  if [ -n "${OPENMA_NPM_DIR:-}" ]; then
+    NPM_DIR="$OPENMA_NPM_DIR"
+  elif [ -n "${npm_execpath:-}" ] && [ -f "$npm_execpath" ]; then
+    NPM_DIR="$(dirname "$(dirname "$(readlink -f "$npm_execpath")")")"
+  elif command -v npm >/dev/null 2>&1; then
+    NPM_DIR="$(dirname "$(dirname "$(readlink -f "$(command -v npm)")")")"
+  fi
+  [ -n "$NPM_DIR" ] && [ -f "$NPM_DIR/bin/npm-cli.js" ] && [ -f "$NPM_DIR/package.json" ] ||
+    die "no npm package directory to copy into the dev image (set OPENMA_NPM_DIR, or OPENMA_DEV_IMAGE=0 to skip it)"
+  NPM_DIR="$(readlink -f "$NPM_DIR")"
+fi
+
 SCRIPT_PATH="$(readlink -f "${BASH_SOURCE[0]}")"
 hash_inputs() {
   {
@@ -63,15 +92,39 @@ BASE_IMAGE="$BASE_REPO:$TAG"
 BUSYBOX_IMAGE="$BUSYBOX_REPO:$TAG"
 BASE_ROOTFS="$ROOTFS_DIR/$TAG"
 BUSYBOX_ROOTFS="$ROOTFS_DIR/busybox-$TAG"
+# The dev image's recipe adds its package list and the npm it carries.
+if [ "$WITH_DEV" = 1 ]; then
+  NPM_VERSION="$(sed -n 's/^  "version": "\(.*\)",$/\1/p' "$NPM_DIR/package.json" | head -1)"
+  DEV_TAG="$({
+    printf '%s dev-include=%s npm=%s\n' "$TAG" "$DEV_INCLUDE" "$NPM_VERSION"
+    tar --sort=name --mtime=@0 --owner=0 --group=0 -C "$NPM_DIR" -c . | sha256sum | cut -d' ' -f1
+  } | sha256sum | cut -c1-16)"
+  DEV_IMAGE="$DEV_REPO:$DEV_TAG"
+  DEV_ROOTFS="$ROOTFS_DIR/dev-$DEV_TAG"
+fi
 
 # A rootfs counts only once its build finished: partial builds are thrown away.
-complete() { [ -f "$1/.openma-rootfs" ] && [ "$(cat "$1/.openma-rootfs")" = "$TAG" ]; }
+complete() { [ -f "$1/.openma-rootfs" ] && [ "$(cat "$1/.openma-rootfs")" = "${2:-$TAG}" ]; }
 image_present() { docker image inspect "$1" >/dev/null 2>&1; }
 
 # Directories every sandbox mounts over; present in the image so mounts never need mkdir.
 sandbox_dirs() {
-  mkdir -p "$1/workspace" "$1/mnt/session/outputs" "$1/tmp" "$1/run/openma"
+  mkdir -p "$1/workspace" "$1/mnt/session/outputs" "$1/tmp" "$1/run/openma" "$1$AGENT_HOME"
   chmod 1777 "$1/tmp"
+  chown "$AGENT_UID:$AGENT_UID" "$1$AGENT_HOME"
+}
+
+# The agent user, so `id`, `whoami` and tools that look up $HOME by uid work (the Docker driver runs as it).
+add_agent_user() {
+  grep -q "^agent:" "$1/etc/passwd" ||
+    printf 'agent:x:%s:%s:agent:%s:%s\n' "$AGENT_UID" "$AGENT_UID" "$AGENT_HOME" "$2" >>"$1/etc/passwd"
+  grep -q "^agent:" "$1/etc/group" || printf 'agent:x:%s:\n' "$AGENT_UID" >>"$1/etc/group"
+}
+
+# Size hogs a sandbox never reads (docs, man pages, package caches, logs).
+trim_rootfs() {
+  rm -rf "$1"/var/cache/apt/archives/*.deb "$1"/var/lib/apt/lists/* \
+    "$1"/usr/share/doc/* "$1"/usr/share/man/* "$1"/usr/share/info/* "$1"/var/log/*.log
 }
 
 build_base_rootfs() {
@@ -82,8 +135,8 @@ build_base_rootfs() {
   debootstrap --variant=minbase --include="$INCLUDE" --cache-dir="$DEB_CACHE" "$SUITE" "$work" "$MIRROR" >&2
   install -m 0755 "$NODE_BIN" "$work/usr/local/bin/node"
   # Unused in a sandbox with no network and no package manager runs; keeps the image small.
-  rm -rf "$work"/var/cache/apt/archives/*.deb "$work"/var/lib/apt/lists/* \
-    "$work"/usr/share/doc/* "$work"/usr/share/man/* "$work"/usr/share/info/* "$work"/var/log/*.log
+  trim_rootfs "$work"
+  add_agent_user "$work" /bin/bash
   sandbox_dirs "$work"
   [ "$(chroot "$work" /usr/local/bin/node --version)" = "$NODE_VERSION" ] || die "node does not run inside the base rootfs"
   printf '%s' "$TAG" >"$work/.openma-rootfs"
@@ -101,14 +154,44 @@ build_busybox_rootfs() {
   done
   printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$work/etc/passwd"
   printf 'root:x:0:\nnogroup:x:65534:\n' >"$work/etc/group"
+  add_agent_user "$work" /bin/sh
   sandbox_dirs "$work"
   printf '%s' "$TAG" >"$work/.openma-rootfs"
   rm -rf "$BUSYBOX_ROOTFS"
   mv "$work" "$BUSYBOX_ROOTFS"
 }
 
+build_dev_rootfs() {
+  local work="$DEV_ROOTFS.partial" started=$SECONDS
+  rm -rf "$work"
+  mkdir -p "$work" "$DEB_CACHE"
+  log "debootstrap --variant=minbase $SUITE with the dev toolchain ($MIRROR) -> $work"
+  debootstrap --variant=minbase --include="$DEV_INCLUDE" --cache-dir="$DEB_CACHE" "$SUITE" "$work" "$MIRROR" >&2
+  install -m 0755 "$NODE_BIN" "$work/usr/local/bin/node"
+  mkdir -p "$work/usr/local/lib/node_modules"
+  cp -a "$NPM_DIR" "$work/usr/local/lib/node_modules/npm"
+  chown -R 0:0 "$work/usr/local/lib/node_modules/npm"
+  ln -sf ../lib/node_modules/npm/bin/npm-cli.js "$work/usr/local/bin/npm"
+  ln -sf ../lib/node_modules/npm/bin/npx-cli.js "$work/usr/local/bin/npx"
+  # Debian's python refuses `pip install` outside a venv (PEP 668); agents use `python3 -m venv` or `pip --user`.
+  # C.UTF-8 ships with libc; no locale generation needed.
+  trim_rootfs "$work"
+  add_agent_user "$work" /bin/bash
+  sandbox_dirs "$work"
+  local tool
+  for tool in "git --version" "curl --version" "wget --version" "python3 -m pip --version" "python3 -m venv --help" \
+    "npm --version" "gcc --version" "make --version" "jq --version" "rg --version" "ssh -V" "unzip -v"; do
+    # shellcheck disable=SC2086 # the words of $tool are the command and its arguments
+    chroot "$work" /usr/bin/env PATH="$SANDBOX_PATH" HOME=/root $tool >/dev/null 2>&1 || die "dev rootfs: \`$tool\` does not run"
+  done
+  printf '%s' "$DEV_TAG" >"$work/.openma-rootfs"
+  rm -rf "$DEV_ROOTFS"
+  mv "$work" "$DEV_ROOTFS"
+  log "dev rootfs built in $((SECONDS - started)) s ($(du -sh "$DEV_ROOTFS" | cut -f1))"
+}
+
 import_image() {
-  local rootfs="$1" image="$2" label="$3" node_version="$4"
+  local rootfs="$1" image="$2" label="$3" node_version="$4" tag="${5:-$TAG}"
   log "docker import $rootfs -> $image"
   tar --numeric-owner --exclude=./.openma-rootfs -C "$rootfs" -c . |
     docker import \
@@ -116,7 +199,7 @@ import_image() {
       --change "ENV LANG=C.UTF-8" \
       --change "WORKDIR /workspace" \
       --change "LABEL openma.image=$label" \
-      --change "LABEL openma.image.tag=$TAG" \
+      --change "LABEL openma.image.tag=$tag" \
       --change "LABEL openma.node.version=$node_version" \
       - "$image" >/dev/null
 }
@@ -126,6 +209,13 @@ complete "$BUSYBOX_ROOTFS" || build_busybox_rootfs
 image_present "$BUSYBOX_IMAGE" || import_image "$BUSYBOX_ROOTFS" "$BUSYBOX_IMAGE" busybox none
 complete "$BASE_ROOTFS" || build_base_rootfs
 image_present "$BASE_IMAGE" || import_image "$BASE_ROOTFS" "$BASE_IMAGE" base "$NODE_VERSION"
+DEV_ENTRY=""
+if [ "$WITH_DEV" = 1 ]; then
+  complete "$DEV_ROOTFS" "$DEV_TAG" || build_dev_rootfs
+  image_present "$DEV_IMAGE" || import_image "$DEV_ROOTFS" "$DEV_IMAGE" dev "$NODE_VERSION" "$DEV_TAG"
+  DEV_ENTRY=",
+  \"dev\": { \"image\": \"$DEV_IMAGE\", \"rootfs\": \"$DEV_ROOTFS\", \"node\": \"$NODE_VERSION\", \"npm\": \"$NPM_VERSION\" }"
+fi
 
 # Written last and atomically: readers never see a manifest naming a missing image.
 tmp="$MANIFEST.tmp.$$"
@@ -133,7 +223,7 @@ cat >"$tmp" <<EOF
 {
   "tag": "$TAG",
   "base": { "image": "$BASE_IMAGE", "rootfs": "$BASE_ROOTFS", "node": "$NODE_VERSION" },
-  "busybox": { "image": "$BUSYBOX_IMAGE", "rootfs": "$BUSYBOX_ROOTFS" }
+  "busybox": { "image": "$BUSYBOX_IMAGE", "rootfs": "$BUSYBOX_ROOTFS" }$DEV_ENTRY
 }
 EOF
 mv "$tmp" "$MANIFEST"
@@ -143,3 +233,7 @@ printf 'base image:     %s (node %s)\n' "$BASE_IMAGE" "$NODE_VERSION"
 printf 'base rootfs:    %s\n' "$BASE_ROOTFS"
 printf 'busybox image:  %s\n' "$BUSYBOX_IMAGE"
 printf 'busybox rootfs: %s\n' "$BUSYBOX_ROOTFS"
+if [ "$WITH_DEV" = 1 ]; then
+  printf 'dev image:      %s (node %s, npm %s)\n' "$DEV_IMAGE" "$NODE_VERSION" "$NPM_VERSION"
+  printf 'dev rootfs:     %s\n' "$DEV_ROOTFS"
+fi
