@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Builds the sandbox images without any registry:
-#   openma/sandbox-base:<tag>     Debian bookworm minbase + node, bash, coreutils, tar, unzip, ripgrep
+#   openma/sandbox-base:<tag>     Debian bookworm minbase + node, npm, bash, coreutils, tar, unzip, ripgrep
 #   openma/sandbox-busybox:<tag>  a static busybox only, for fast tests
-#   openma/sandbox-dev:<tag>      the base plus the toolchain of a cloud dev container: git, curl, wget,
-#                                 python3 with pip and venv, Node with npm, build-essential, jq, ripgrep,
-#                                 unzip/zip, openssh-client, ... (docs/images.md: size, build time)
+#   openma/sandbox-dev:<tag>      opt-in (OPENMA_DEV_IMAGE=1): the base plus the toolchain of a cloud dev
+#                                 container: git, curl, wget, python3 with pip and venv, build-essential,
+#                                 jq, unzip/zip, openssh-client, ... (docs/images.md: size, build time)
 # Each is a local rootfs loaded with `docker import`. The rootfs directories
 # stay under /var/lib/openma/rootfs/ for the bubblewrap driver.
 #
@@ -18,9 +18,9 @@
 #   OPENMA_DEBIAN_MIRROR   debootstrap mirror (default http://deb.debian.org/debian)
 #   OPENMA_NODE_BINARY     node to copy into the base image (default: the `node` on PATH, which under
 #                          `npm run provision` is the project's own Node 24 from node_modules/.bin)
-#   OPENMA_NPM_DIR         npm package directory copied into the dev image (default: the npm running
-#                          this script under `npm run`, else the one on PATH)
-#   OPENMA_DEV_IMAGE       0: skip the dev image (default 1: build it)
+#   OPENMA_NPM_DIR         npm package directory copied into the base and dev images (default: the npm
+#                          running this script under `npm run`, else the one on PATH)
+#   OPENMA_DEV_IMAGE       1: also build the dev image (default 0: it takes several minutes more)
 #   OPENMA_STATE_DIR       default /var/lib/openma
 #   OPENMA_DEB_CACHE       where debootstrap keeps downloaded packages (default /var/cache/openma/debootstrap)
 set -euo pipefail
@@ -30,7 +30,7 @@ MIRROR="${OPENMA_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 INCLUDE=bash,coreutils,tar,gzip,unzip,ripgrep,libstdc++6,ca-certificates,procps
 # What a coding agent expects of a dev container; Recommends are not pulled (debootstrap never does).
 DEV_INCLUDE="$INCLUDE,git,curl,wget,python3,python3-pip,python3-venv,python3-dev,build-essential,pkg-config,jq,zip,xz-utils,bzip2,openssh-client,less,file,patch,tree,sqlite3,gnupg,netbase"
-WITH_DEV="${OPENMA_DEV_IMAGE:-1}"
+WITH_DEV="${OPENMA_DEV_IMAGE:-0}"
 STATE_DIR="${OPENMA_STATE_DIR:-/var/lib/openma}"
 ROOTFS_DIR="$STATE_DIR/rootfs"
 DEB_CACHE="${OPENMA_DEB_CACHE:-/var/cache/openma/debootstrap}"
@@ -63,20 +63,20 @@ BUSYBOX_BIN="$(readlink -f "$(command -v busybox || echo /bin/busybox)")"
 # A dynamically linked busybox would not run in an image that has no libc.
 if ldd "$BUSYBOX_BIN" 2>&1 | grep -q '=>'; then die "$BUSYBOX_BIN is not static; install busybox-static"; fi
 
-# npm is plain JavaScript: the dev image gets the one driving this build (npm_execpath under `npm run`).
+# npm is plain JavaScript: the images get the one driving this build (npm_execpath under `npm run`).
 NPM_DIR=""
-if [ "$WITH_DEV" = 1 ]; then
-  if [ -n "${OPENMA_NPM_DIR:-}" ]; then
-    NPM_DIR="$OPENMA_NPM_DIR"
-  elif [ -n "${npm_execpath:-}" ] && [ -f "$npm_execpath" ]; then
-    NPM_DIR="$(dirname "$(dirname "$(readlink -f "$npm_execpath")")")"
-  elif command -v npm >/dev/null 2>&1; then
-    NPM_DIR="$(dirname "$(dirname "$(readlink -f "$(command -v npm)")")")"
-  fi
-  [ -n "$NPM_DIR" ] && [ -f "$NPM_DIR/bin/npm-cli.js" ] && [ -f "$NPM_DIR/package.json" ] ||
-    die "no npm package directory to copy into the dev image (set OPENMA_NPM_DIR, or OPENMA_DEV_IMAGE=0 to skip it)"
-  NPM_DIR="$(readlink -f "$NPM_DIR")"
+if [ -n "${OPENMA_NPM_DIR:-}" ]; then
+  NPM_DIR="$OPENMA_NPM_DIR"
+elif [ -n "${npm_execpath:-}" ] && [ -f "$npm_execpath" ]; then
+  NPM_DIR="$(dirname "$(dirname "$(readlink -f "$npm_execpath")")")"
+elif command -v npm >/dev/null 2>&1; then
+  NPM_DIR="$(dirname "$(dirname "$(readlink -f "$(command -v npm)")")")"
 fi
+[ -n "$NPM_DIR" ] && [ -f "$NPM_DIR/bin/npm-cli.js" ] && [ -f "$NPM_DIR/package.json" ] ||
+  die "no npm package directory to copy into the images (set OPENMA_NPM_DIR)"
+NPM_DIR="$(readlink -f "$NPM_DIR")"
+NPM_VERSION="$(sed -n 's/^  "version": "\(.*\)",$/\1/p' "$NPM_DIR/package.json" | head -1)"
+NPM_HASH="$(tar --sort=name --mtime=@0 --owner=0 --group=0 -C "$NPM_DIR" -c . | sha256sum | cut -d' ' -f1)"
 
 SCRIPT_PATH="$(readlink -f "${BASH_SOURCE[0]}")"
 hash_inputs() {
@@ -85,6 +85,7 @@ hash_inputs() {
     sha256sum "$SCRIPT_PATH" | cut -d' ' -f1
     sha256sum "$NODE_BIN" | cut -d' ' -f1
     sha256sum "$BUSYBOX_BIN" | cut -d' ' -f1
+    printf 'npm=%s %s\n' "$NPM_VERSION" "$NPM_HASH"
   } | sha256sum | cut -c1-16
 }
 TAG="$(hash_inputs)"
@@ -92,13 +93,9 @@ BASE_IMAGE="$BASE_REPO:$TAG"
 BUSYBOX_IMAGE="$BUSYBOX_REPO:$TAG"
 BASE_ROOTFS="$ROOTFS_DIR/$TAG"
 BUSYBOX_ROOTFS="$ROOTFS_DIR/busybox-$TAG"
-# The dev image's recipe adds its package list and the npm it carries.
+# The dev image's recipe adds its package list.
 if [ "$WITH_DEV" = 1 ]; then
-  NPM_VERSION="$(sed -n 's/^  "version": "\(.*\)",$/\1/p' "$NPM_DIR/package.json" | head -1)"
-  DEV_TAG="$({
-    printf '%s dev-include=%s npm=%s\n' "$TAG" "$DEV_INCLUDE" "$NPM_VERSION"
-    tar --sort=name --mtime=@0 --owner=0 --group=0 -C "$NPM_DIR" -c . | sha256sum | cut -d' ' -f1
-  } | sha256sum | cut -c1-16)"
+  DEV_TAG="$(printf '%s dev-include=%s\n' "$TAG" "$DEV_INCLUDE" | sha256sum | cut -c1-16)"
   DEV_IMAGE="$DEV_REPO:$DEV_TAG"
   DEV_ROOTFS="$ROOTFS_DIR/dev-$DEV_TAG"
 fi
@@ -121,6 +118,17 @@ add_agent_user() {
   grep -q "^agent:" "$1/etc/group" || printf 'agent:x:%s:\n' "$AGENT_UID" >>"$1/etc/group"
 }
 
+# Our Node and npm (plain JavaScript) under /usr/local.
+install_node() {
+  install -m 0755 "$NODE_BIN" "$1/usr/local/bin/node"
+  mkdir -p "$1/usr/local/lib/node_modules"
+  rm -rf "$1/usr/local/lib/node_modules/npm"
+  cp -a "$NPM_DIR" "$1/usr/local/lib/node_modules/npm"
+  chown -R 0:0 "$1/usr/local/lib/node_modules/npm"
+  ln -sf ../lib/node_modules/npm/bin/npm-cli.js "$1/usr/local/bin/npm"
+  ln -sf ../lib/node_modules/npm/bin/npx-cli.js "$1/usr/local/bin/npx"
+}
+
 # Size hogs a sandbox never reads (docs, man pages, package caches, logs).
 trim_rootfs() {
   rm -rf "$1"/var/cache/apt/archives/*.deb "$1"/var/lib/apt/lists/* \
@@ -128,20 +136,22 @@ trim_rootfs() {
 }
 
 build_base_rootfs() {
-  local work="$BASE_ROOTFS.partial"
+  local work="$BASE_ROOTFS.partial" started=$SECONDS
   rm -rf "$work"
   mkdir -p "$work" "$DEB_CACHE"
   log "debootstrap --variant=minbase $SUITE ($MIRROR) -> $work"
   debootstrap --variant=minbase --include="$INCLUDE" --cache-dir="$DEB_CACHE" "$SUITE" "$work" "$MIRROR" >&2
-  install -m 0755 "$NODE_BIN" "$work/usr/local/bin/node"
+  install_node "$work"
   # Unused in a sandbox with no network and no package manager runs; keeps the image small.
   trim_rootfs "$work"
   add_agent_user "$work" /bin/bash
   sandbox_dirs "$work"
   [ "$(chroot "$work" /usr/local/bin/node --version)" = "$NODE_VERSION" ] || die "node does not run inside the base rootfs"
+  [ "$(chroot "$work" /usr/local/bin/node /usr/local/bin/npm --version)" = "$NPM_VERSION" ] || die "npm does not run inside the base rootfs"
   printf '%s' "$TAG" >"$work/.openma-rootfs"
   rm -rf "$BASE_ROOTFS"
   mv "$work" "$BASE_ROOTFS"
+  log "base rootfs built in $((SECONDS - started)) s ($(du -sh "$BASE_ROOTFS" | cut -f1))"
 }
 
 build_busybox_rootfs() {
@@ -167,12 +177,7 @@ build_dev_rootfs() {
   mkdir -p "$work" "$DEB_CACHE"
   log "debootstrap --variant=minbase $SUITE with the dev toolchain ($MIRROR) -> $work"
   debootstrap --variant=minbase --include="$DEV_INCLUDE" --cache-dir="$DEB_CACHE" "$SUITE" "$work" "$MIRROR" >&2
-  install -m 0755 "$NODE_BIN" "$work/usr/local/bin/node"
-  mkdir -p "$work/usr/local/lib/node_modules"
-  cp -a "$NPM_DIR" "$work/usr/local/lib/node_modules/npm"
-  chown -R 0:0 "$work/usr/local/lib/node_modules/npm"
-  ln -sf ../lib/node_modules/npm/bin/npm-cli.js "$work/usr/local/bin/npm"
-  ln -sf ../lib/node_modules/npm/bin/npx-cli.js "$work/usr/local/bin/npx"
+  install_node "$work"
   # Debian's python refuses `pip install` outside a venv (PEP 668); agents use `python3 -m venv` or `pip --user`.
   # C.UTF-8 ships with libc; no locale generation needed.
   trim_rootfs "$work"
@@ -222,14 +227,14 @@ tmp="$MANIFEST.tmp.$$"
 cat >"$tmp" <<EOF
 {
   "tag": "$TAG",
-  "base": { "image": "$BASE_IMAGE", "rootfs": "$BASE_ROOTFS", "node": "$NODE_VERSION" },
+  "base": { "image": "$BASE_IMAGE", "rootfs": "$BASE_ROOTFS", "node": "$NODE_VERSION", "npm": "$NPM_VERSION" },
   "busybox": { "image": "$BUSYBOX_IMAGE", "rootfs": "$BUSYBOX_ROOTFS" }$DEV_ENTRY
 }
 EOF
 mv "$tmp" "$MANIFEST"
 
 log "manifest: $MANIFEST"
-printf 'base image:     %s (node %s)\n' "$BASE_IMAGE" "$NODE_VERSION"
+printf 'base image:     %s (node %s, npm %s)\n' "$BASE_IMAGE" "$NODE_VERSION" "$NPM_VERSION"
 printf 'base rootfs:    %s\n' "$BASE_ROOTFS"
 printf 'busybox image:  %s\n' "$BUSYBOX_IMAGE"
 printf 'busybox rootfs: %s\n' "$BUSYBOX_ROOTFS"

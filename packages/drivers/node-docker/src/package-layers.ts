@@ -9,7 +9,11 @@
  * managers, with the network the operator gives it (`buildNetworkMode`,
  * default the engine's bridge), and is removed whatever happens. The agent's
  * sandbox then runs unprivileged on the committed image with its own network.
+ * The package managers trust the host's CA bundle (bound read-only, named
+ * only in the execs' environment, so the committed image never refers to it):
+ * a host whose egress re-signs TLS can install what the host itself can.
  */
+import { access } from "node:fs/promises";
 
 import { TailBuffer } from "@openma/driver-kit";
 import {
@@ -29,6 +33,19 @@ export const PACKAGES_REPO = "openma/env-packages";
 export const PACKAGES_LABEL = "openma.packages";
 export const PACKAGES_ENVIRONMENT_LABEL = "openma.packages.environment";
 
+const DEFAULT_HOST_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt";
+const CA_TARGET = "/run/openma-host-ca.crt";
+/** Every way the package managers (and what they run) are told about a CA bundle. */
+const CA_ENV = [
+  "NODE_EXTRA_CA_CERTS",
+  "npm_config_cafile",
+  "PIP_CERT",
+  "SSL_CERT_FILE",
+  "CURL_CA_BUNDLE",
+  "REQUESTS_CA_BUNDLE",
+  "GIT_SSL_CAINFO",
+];
+
 /** Enough of a failed install's output to say why (the end of it: the error is last). */
 const OUTPUT_TAIL_BYTES = 4 * 1024;
 
@@ -40,6 +57,8 @@ export interface PackageLayerOptions {
   spec: PackageSpec;
   /** Network of the build container (default `bridge`). */
   buildNetworkMode?: string;
+  /** Host CA bundle the package managers trust (default the host's system bundle when present; null: none). */
+  hostCaBundle?: string | null;
   /** Per package manager (default 15 minutes). */
   timeoutMs?: number;
   onProgress?: (progress: InstallProgress) => void;
@@ -81,6 +100,8 @@ export async function ensurePackageLayer(options: PackageLayerOptions): Promise<
 async function build(options: PackageLayerOptions, image: string): Promise<InstallResult> {
   const { docker } = options;
   const [repo, tag] = image.split(":") as [string, string];
+  const caBundle = await hostCa(options.hostCaBundle);
+  const env = caBundle === null ? [] : CA_ENV.map((name) => `${name}=${CA_TARGET}`);
   let container: Docker.Container;
   try {
     container = await docker.createContainer({
@@ -89,7 +110,12 @@ async function build(options: PackageLayerOptions, image: string): Promise<Insta
       User: "0:0",
       WorkingDir: "/",
       Labels: { [PACKAGES_LABEL]: tag, [PACKAGES_ENVIRONMENT_LABEL]: options.environmentId },
-      HostConfig: { NetworkMode: options.buildNetworkMode ?? "bridge", Init: true, LogConfig: { Type: "none", Config: {} } },
+      HostConfig: {
+        NetworkMode: options.buildNetworkMode ?? "bridge",
+        Init: true,
+        LogConfig: { Type: "none", Config: {} },
+        Mounts: caBundle === null ? [] : [{ Type: "bind", Source: caBundle, Target: CA_TARGET, ReadOnly: true }],
+      },
     });
     await container.start();
   } catch (err) {
@@ -100,7 +126,7 @@ async function build(options: PackageLayerOptions, image: string): Promise<Insta
       const names = options.spec[manager];
       if (names.length === 0) continue;
       options.onProgress?.({ type: "started", manager, packages: names });
-      const run = await runProgram(container, ["/bin/sh", "-c", INSTALL_PROGRAMS[manager], "sh", ...names], options);
+      const run = await runProgram(container, ["/bin/sh", "-c", INSTALL_PROGRAMS[manager], "sh", ...names], env, options);
       if (run.exitCode !== 0) {
         const why = run.output.trim().split("\n").slice(-12).join("\n");
         return { ok: false, manager, message: `${manager} exited with ${run.exitCode}${why ? `:\n${why}` : ""}` };
@@ -122,9 +148,10 @@ async function build(options: PackageLayerOptions, image: string): Promise<Insta
 async function runProgram(
   container: Docker.Container,
   cmd: string[],
+  env: string[],
   options: PackageLayerOptions,
 ): Promise<{ exitCode: number; output: string }> {
-  const exec = await container.exec({ Cmd: cmd, User: "0:0", AttachStdout: true, AttachStderr: true });
+  const exec = await container.exec({ Cmd: cmd, Env: env, User: "0:0", AttachStdout: true, AttachStderr: true });
   const stream = (await exec.start({ hijack: true, stdin: false })) as NodeJS.ReadWriteStream;
   const tail = new TailBuffer(OUTPUT_TAIL_BYTES);
   const demux = new Demuxer((_stream, chunk) => tail.push(chunk));
@@ -144,4 +171,16 @@ async function runProgram(
   }
   const info = await exec.inspect();
   return { exitCode: info.ExitCode ?? -1, output: tail.text() };
+}
+
+/** The bundle to bind, or null when there is none to trust. */
+async function hostCa(configured: string | null | undefined): Promise<string | null> {
+  if (configured === null) return null;
+  const path = configured ?? DEFAULT_HOST_CA_BUNDLE;
+  try {
+    await access(path);
+    return path;
+  } catch {
+    return null;
+  }
 }
