@@ -107,11 +107,29 @@ export const hostProbes: AvailabilityProbes = {
     if (!engine.ok) return { ok: false, reason: engine.message };
     const manifest = await readImageManifest();
     if (!manifest.ok) return { ok: false, reason: manifest.message };
-    const image = manifest.manifest.base.image;
+    const chosen = sandboxImage(manifest.manifest, process.env.OPENMA_SANDBOX_IMAGE);
+    if (!chosen.ok) return chosen;
+    const { image, which } = chosen;
     const present = await imagePresent(docker, image).catch(() => false);
-    return present ? { ok: true, image } : { ok: false, reason: `the base image ${image} is not loaded in dockerd` };
+    return present ? { ok: true, image } : { ok: false, reason: `the ${which} image ${image} is not loaded in dockerd` };
   },
 };
+
+/**
+ * `OPENMA_SANDBOX_IMAGE`: `base` (default: node, npm, bash, core tools) or `dev` (the toolchain image that
+ * `OPENMA_DEV_IMAGE=1 npm run provision` builds: git, curl, python3 with pip, build tools; docs/images.md).
+ */
+export function sandboxImage(
+  manifest: { base: { image: string }; dev?: { image: string } | undefined },
+  setting: string | undefined,
+): { ok: true; image: string; which: "base" | "dev" } | { ok: false; reason: string } {
+  const which = setting === undefined || setting === "" ? "base" : setting;
+  if (which === "base") return { ok: true, image: manifest.base.image, which };
+  if (which !== "dev") return { ok: false, reason: `OPENMA_SANDBOX_IMAGE must be base or dev, not ${JSON.stringify(setting)}` };
+  if (manifest.dev === undefined)
+    return { ok: false, reason: "OPENMA_SANDBOX_IMAGE=dev but no dev image was built: run `OPENMA_DEV_IMAGE=1 npm run provision`" };
+  return { ok: true, image: manifest.dev.image, which };
+}
 
 /** A driver the resolver acquires from, with the tool surface of its leases. */
 export interface SandboxBackend {
