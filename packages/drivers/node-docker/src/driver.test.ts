@@ -154,6 +154,12 @@ describe("node-docker ManagedSandboxPort", () => {
       "for d in /workspace /mnt/session/outputs /tmp $HOME; do echo ok > $d/probe && cat $d/probe || exit 1; done; mkdir -p /workspace/sub/dir && touch /workspace/sub/dir/f",
     );
     expect(writable).toMatchObject({ exitCode: 0, stdout: "ok\nok\nok\nok\n" });
+    // Programs the agent writes run from each of them (the Engine's tmpfs default would be noexec).
+    const runs = await sh(
+      lease,
+      "for d in /workspace /tmp $HOME; do printf '#!/bin/sh\\necho ran\\n' > $d/p.sh && chmod +x $d/p.sh && $d/p.sh || exit 1; done",
+    );
+    expect(runs).toMatchObject({ exitCode: 0, stdout: "ran\nran\nran\n" });
     // The host sees the agent's files owned by the sandbox uid.
     const { stat } = await import("node:fs/promises");
     expect((await stat(join(bindings.workspaceDir, "sub", "dir", "f"))).uid).toBe(1000);

@@ -357,10 +357,13 @@ export class NodeDockerSandbox implements ManagedSandboxPort, SandboxInventoryPo
         // files: private to the sandbox uid, never executable.
         Tmpfs: {
           [RUNTIME_DIR]: `rw,nosuid,nodev,noexec,size=16m,mode=0700,${owner}`,
-          "/tmp": "rw,nosuid,nodev,size=512m,mode=1777",
-          ...(root ? {} : { [SANDBOX_HOME]: `rw,nosuid,nodev,size=256m,mode=0700,${owner}` }),
+          // `exec` explicitly: the Engine's tmpfs default is noexec, and agents build and run things in /tmp.
+          "/tmp": "rw,exec,nosuid,nodev,size=512m,mode=1777",
+          ...(root ? {} : { [SANDBOX_HOME]: `rw,exec,nosuid,nodev,size=256m,mode=0700,${owner}` }),
           // An ephemeral workspace without a host directory: the container's own, writable by the sandbox uid.
-          ...(mounts.some((m) => m.Target === WORKSPACE_MOUNT_PATH) ? {} : { [WORKSPACE_MOUNT_PATH]: `rw,nosuid,nodev,size=1g,${owner}` }),
+          ...(mounts.some((m) => m.Target === WORKSPACE_MOUNT_PATH)
+            ? {}
+            : { [WORKSPACE_MOUNT_PATH]: `rw,exec,nosuid,nodev,size=1g,${owner}` }),
         },
         NanoCpus: Math.round(limits.cpus * 1e9),
         Memory: limits.memoryBytes,
