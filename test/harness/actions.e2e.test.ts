@@ -1,9 +1,14 @@
 /** Custom tools, tool confirmations (allow / deny) and interrupts, end to end through the SDK and runTurn. */
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { silentLogger } from "@openma/api";
 import type { ExecInput, SandboxResolver, ToolSandboxPort } from "@openma/contract";
 import { DENIED_BY_USER } from "@openma/harness";
 import { ManualScheduler, startScriptedModel } from "@openma/scripted-model";
 import { BACKENDS } from "@openma/storage/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { hostProbes, openBackend, sessionSandboxes } from "../../apps/openma/src/sandbox.ts";
 import { countTypes, type Harness, MODEL_KEY, modelPort, ofType, startHarness, TOOLSET } from "./support.ts";
 
 const LOOKUP = {
@@ -321,5 +326,39 @@ describe.each(BACKENDS)("harness actions on %s", (dialect) => {
     });
     expect(events.at(-1)).toMatchObject({ type: "session.status_idle", stop_reason: { type: "end_turn" } });
     expect(countTypes(events.map((e) => e.type))["span.model_request_start"]).toBe(1);
+  });
+
+  it("a sandbox refused with a session error (the environment's packages) records session.error and an error tool result", async () => {
+    h.model.load([
+      { response: { content: [{ type: "tool_use", name: "bash", input: { command: "semver --help" } }] } },
+      { response: { content: [{ type: "text", text: "the sandbox could not start" }] } },
+    ]);
+    const env = await h.t.client.beta.environments.create({
+      name: "env-packages",
+      config: { type: "cloud", packages: { npm: ["semver"] } },
+    });
+    // The serve lane's resolver over bubblewrap, which refuses packages with a session error instead of skipping them.
+    const probe = await hostProbes.bubblewrap();
+    if (!probe.ok) throw new Error(`bubblewrap is required for this test: ${probe.reason}`);
+    const dataDir = await mkdtemp(join(tmpdir(), "openma-actions-packages-"));
+    const sandboxes = sessionSandboxes(await openBackend({ type: "bubblewrap" }), { dataDir, logger: silentLogger });
+    try {
+      const sessionId = await h.session(await h.agent([TOOLSET]), env.id, "use semver");
+      expect(await h.run(sessionId, { sandboxes })).toEqual({ type: "idle", stopReason: "end_turn" });
+      const events = await h.events(sessionId);
+      expect(ofType(events, "session.error")).toEqual([
+        expect.objectContaining({
+          error: expect.objectContaining({
+            type: "unknown_error",
+            message: expect.stringContaining("installing the environment's packages failed"),
+            retry_status: { type: "terminal" },
+          }),
+        }),
+      ]);
+      expect(ofType(events, "agent.tool_result")[0]).toMatchObject({ is_error: true });
+    } finally {
+      await sandboxes.close();
+      await rm(dataDir, { recursive: true, force: true });
+    }
   });
 });

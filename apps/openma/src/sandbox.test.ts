@@ -20,6 +20,7 @@ import {
   RELEASED_MEMORY,
   releasedReason,
   SANDBOX_NODE_DIR,
+  sandboxImage,
   serveNodeRuntime,
   sessionSandboxes,
 } from "./sandbox.ts";
@@ -65,6 +66,24 @@ describe("chooseSandbox", () => {
       reason: NO_SANDBOX_DRIVER,
       warn: false,
     });
+  });
+});
+
+describe("the Docker sandbox image (OPENMA_SANDBOX_IMAGE)", () => {
+  const manifest = { base: { image: "openma/sandbox-base:t" }, dev: { image: "openma/sandbox-dev:t" } };
+
+  it("is the base image unless dev is asked for", () => {
+    expect(sandboxImage(manifest, undefined)).toEqual({ ok: true, image: "openma/sandbox-base:t", which: "base" });
+    expect(sandboxImage(manifest, "base")).toMatchObject({ ok: true, image: "openma/sandbox-base:t" });
+    expect(sandboxImage(manifest, "dev")).toEqual({ ok: true, image: "openma/sandbox-dev:t", which: "dev" });
+  });
+
+  it("says how to build the dev image when it is missing, and refuses other values", () => {
+    expect(sandboxImage({ base: manifest.base }, "dev")).toMatchObject({
+      ok: false,
+      reason: expect.stringContaining("OPENMA_DEV_IMAGE=1"),
+    });
+    expect(sandboxImage(manifest, "ubuntu")).toMatchObject({ ok: false, reason: expect.stringContaining("must be base or dev") });
   });
 });
 

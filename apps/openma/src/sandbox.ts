@@ -37,6 +37,7 @@ import {
   type ToolSandboxPort,
   WORKSPACE_MOUNT_PATH,
 } from "@openma/contract";
+import { installSessionError, packagesOf } from "@openma/driver-kit/env-packages";
 import { NO_SANDBOX_DRIVER } from "@openma/harness";
 import { realScheduler, type Scheduler } from "@openma/time";
 import { checkBubblewrap } from "./doctor.ts";
@@ -106,11 +107,29 @@ export const hostProbes: AvailabilityProbes = {
     if (!engine.ok) return { ok: false, reason: engine.message };
     const manifest = await readImageManifest();
     if (!manifest.ok) return { ok: false, reason: manifest.message };
-    const image = manifest.manifest.base.image;
+    const chosen = sandboxImage(manifest.manifest, process.env.OPENMA_SANDBOX_IMAGE);
+    if (!chosen.ok) return chosen;
+    const { image, which } = chosen;
     const present = await imagePresent(docker, image).catch(() => false);
-    return present ? { ok: true, image } : { ok: false, reason: `the base image ${image} is not loaded in dockerd` };
+    return present ? { ok: true, image } : { ok: false, reason: `the ${which} image ${image} is not loaded in dockerd` };
   },
 };
+
+/**
+ * `OPENMA_SANDBOX_IMAGE`: `base` (default: node, npm, bash, core tools) or `dev` (the toolchain image that
+ * `OPENMA_DEV_IMAGE=1 npm run provision` builds: git, curl, python3 with pip, build tools; docs/images.md).
+ */
+export function sandboxImage(
+  manifest: { base: { image: string }; dev?: { image: string } | undefined },
+  setting: string | undefined,
+): { ok: true; image: string; which: "base" | "dev" } | { ok: false; reason: string } {
+  const which = setting === undefined || setting === "" ? "base" : setting;
+  if (which === "base") return { ok: true, image: manifest.base.image, which };
+  if (which !== "dev") return { ok: false, reason: `OPENMA_SANDBOX_IMAGE must be base or dev, not ${JSON.stringify(setting)}` };
+  if (manifest.dev === undefined)
+    return { ok: false, reason: "OPENMA_SANDBOX_IMAGE=dev but no dev image was built: run `OPENMA_DEV_IMAGE=1 npm run provision`" };
+  return { ok: true, image: manifest.dev.image, which };
+}
 
 /** A driver the resolver acquires from, with the tool surface of its leases. */
 export interface SandboxBackend {
@@ -120,7 +139,18 @@ export interface SandboxBackend {
   toolSandbox(lease: ManagedSandboxLease): ToolSandboxPort;
   /** Whether the driver's unprivileged host uid must traverse the data dir to bind the workspace. */
   needsTraversal: boolean;
+  /**
+   * The driver for this session's environment, its packages installed (or taken from their cache), or why
+   * there is none; absent (or no `sandbox` in the answer): `sandbox` as is.
+   */
+  prepare?(request: SandboxRequest, logger: Logger): Promise<{ sandbox?: ManagedSandboxPort } | Refusal>;
 }
+
+/** `prepare`'s answer when the backend's own driver serves the session. */
+const AS_IS: { sandbox?: ManagedSandboxPort } = {};
+
+/** Why a session gets no sandbox; `sessionError` (a `session.error` body) when the session should hear of it as one. */
+type Refusal = { reason: string; sessionError?: Record<string, unknown> };
 
 /** `labels`: ownership labels every sandbox carries and the driver lists by (the serve lane's deployment). */
 export async function openBackend(
@@ -133,11 +163,48 @@ export async function openBackend(
     // Records of sandboxes whose processes died with an earlier server (a crash, kill -9):
     // only dead runtimes are removed, so another live server on this host is untouched.
     await sandbox.reapLeftovers().catch(() => 0);
-    return { name: "bubblewrap", sandbox, toolSandbox: (lease) => sandbox.toolSandbox(lease), needsTraversal: true };
+    return {
+      name: "bubblewrap",
+      sandbox,
+      toolSandbox: (lease) => sandbox.toolSandbox(lease),
+      needsTraversal: true,
+      async prepare(request) {
+        const wanted = packagesOf(request.environment);
+        if (!wanted.ok) return { reason: wanted.message, sessionError: installSessionError({ manager: null, message: wanted.message }) };
+        if (wanted.spec === null) return AS_IS;
+        // Not silently without them: the session hears why.
+        const message = "the bubblewrap driver does not install environment packages yet; use the Docker driver (OPENMA_SANDBOX=docker)";
+        return { reason: message, sessionError: installSessionError({ manager: null, message }) };
+      },
+    };
   }
-  const { NodeDockerSandbox } = await import("@openma/driver-node-docker");
+  const { NodeDockerSandbox, ensurePackageLayer } = await import("@openma/driver-node-docker");
   const sandbox = new NodeDockerSandbox({ image: selection.image, namePrefix: "openma-serve", labels });
-  return { name: "docker", sandbox, toolSandbox: (lease) => sandbox.toolSandbox(lease), needsTraversal: false };
+  return {
+    name: "docker",
+    sandbox,
+    toolSandbox: (lease) => sandbox.toolSandbox(lease),
+    needsTraversal: false,
+    async prepare(request, logger) {
+      const wanted = packagesOf(request.environment);
+      if (!wanted.ok) return { reason: wanted.message, sessionError: installSessionError({ manager: null, message: wanted.message }) };
+      if (wanted.spec === null) return AS_IS;
+      const where = { sessionId: request.sessionId, environmentId: request.environmentId };
+      const layer = await ensurePackageLayer({
+        docker: sandbox.docker,
+        baseImage: selection.image,
+        environmentId: request.environmentId,
+        spec: wanted.spec,
+        signal: request.signal,
+        onProgress: (progress) => logger.info({ ...where, ...progress }, "environment packages"),
+      });
+      if (!layer.ok) {
+        logger.warn({ ...where, manager: layer.manager, error: layer.message }, "environment packages failed to install");
+        return { reason: `the environment's packages could not be installed: ${layer.message}`, sessionError: installSessionError(layer) };
+      }
+      return { sandbox: sandbox.forImage(layer.image) };
+    },
+  };
 }
 
 /** Where the serve lane's bubblewrap sandboxes find the server's own Node. */
@@ -248,7 +315,7 @@ interface Held {
 }
 
 interface Entry {
-  acquiring: Promise<Held | { reason: string }>;
+  acquiring: Promise<Held | Refusal>;
   cancelIdle: () => void;
 }
 
@@ -331,7 +398,7 @@ export function sessionSandboxes(
     );
   };
 
-  const acquire = async (request: SandboxRequest): Promise<Held | { reason: string }> => {
+  const acquire = async (request: SandboxRequest): Promise<Held | Refusal> => {
     const scope = { environmentId: request.environmentId, sessionId: request.sessionId };
     // The record comes first: no sandbox of this lane ever exists without an owner record naming it.
     const owner = (await ownership?.claim(scope, backend.sandbox.capabilities.provider, idleMs)) ?? null;
@@ -345,11 +412,9 @@ export function sessionSandboxes(
     }
   };
 
-  const start = async (
-    request: SandboxRequest,
-    scope: RuntimeResourceScope,
-    owner: OwnerHandle | null,
-  ): Promise<Held | { reason: string }> => {
+  const start = async (request: SandboxRequest, scope: RuntimeResourceScope, owner: OwnerHandle | null): Promise<Held | Refusal> => {
+    const prepared = backend.prepare ? await backend.prepare(request, options.logger) : {};
+    if ("reason" in prepared) return prepared;
     const fence: FenceIdentity = {
       scope,
       ownerId: owner?.id ?? `serve-${boot}-${++acquisitions}`,
@@ -357,7 +422,7 @@ export function sessionSandboxes(
       expiresAt: Date.now() + 3650 * 86_400_000,
     };
     const dirs = await sessionDirs(options.dataDir, request.sessionId, backend.needsTraversal);
-    const result = await backend.sandbox.acquire({
+    const result = await (prepared.sandbox ?? backend.sandbox).acquire({
       scope,
       fence,
       plan: planFor(backend.name),
@@ -422,7 +487,7 @@ export function sessionSandboxes(
       if ("reason" in held) {
         // Not cached: the next tool call tries again.
         if (entries.get(sessionId) === entry) entries.delete(sessionId);
-        return { type: "unavailable", reason: held.reason };
+        return { type: "unavailable", reason: held.reason, sessionError: held.sessionError };
       }
       // Released or shut down while it was starting: that sandbox is being terminated, so it is not handed out.
       const late = refusal(sessionId);

@@ -200,7 +200,15 @@ export const DRIVER_CONFORMANCE: readonly DriverConformance[] = [
       runtimeCheckpoints: [],
       credentialEgress: { enforcement: "enforced", interceptedProtocols: [] },
       sandboxPortFacts: {
-        has: ["duplex_process", "workspace_file_io", "stable_name_with_ownership_labels", "network_none_by_default"],
+        has: [
+          "duplex_process",
+          "workspace_file_io",
+          "stable_name_with_ownership_labels",
+          "network_none_by_default",
+          "unprivileged_uid",
+          "read_only_rootfs",
+          "no_capabilities",
+        ],
         lacks: ["provider_suspend_resume", "process_memory_checkpoint"],
       },
     },
@@ -213,6 +221,8 @@ export const DRIVER_CONFORMANCE: readonly DriverConformance[] = [
       "Harness lanes as shipped: `ama_worker` (`openma runtime-host`: the official EnvironmentWorker inside the sandbox, its only way out a unix socket bridged to the control plane's API) and `openma_supervised` (`@openma/supervisor`); both run end to end on this driver in `npm run test:integration:runtime`.",
       "A container outlives a crashed host: the runtime host labels its containers with its identity and removes its predecessor's at start; compute whose kill fails is an orphan record the reaper retries.",
       HOST_FS_NOTE,
+      "Unprivileged by default: the agent runs as uid/gid 1000 with every capability dropped and `no-new-privileges`, on a read-only root filesystem with tmpfs `/tmp`, home and runtime directory; the bound workspace and outputs are chowned to that uid before start. Still privileged: the Docker daemon (root on the host; whoever reaches its socket owns the host), the host-side chown, the package build container (root, bridge network, never the agent's), and the shared host kernel (no user namespace remap, no VM). See docs/images.md.",
+      "Environment `packages` are installed once per environment and packages hash into a committed image layer (`openma/env-packages:<environment>-<hash>`) that later sessions start from; a failed install is a terminal `session.error`.",
     ],
   },
   {

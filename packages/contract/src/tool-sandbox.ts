@@ -124,7 +124,13 @@ export interface SandboxRequest {
   signal: AbortSignal;
 }
 
-export type SandboxResolution = { type: "ready"; port: ToolSandboxPort } | { type: "unavailable"; reason: string };
+export type SandboxResolution =
+  | { type: "ready"; port: ToolSandboxPort }
+  /**
+   * `sessionError`: the refusal is also a `session.error` (its `error` body), e.g. the environment's packages
+   * failed to install; without it the reason is only the tool's error text.
+   */
+  | { type: "unavailable"; reason: string; sessionError?: Record<string, unknown> };
 
 /**
  * Hands the loop the sandbox of a session, acquiring one on first use. A

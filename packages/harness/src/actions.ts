@@ -58,7 +58,11 @@ async function execute(
     resolution = { type: "unavailable", reason: `the session's sandbox could not be acquired: ${errorText(err)}` };
   }
   if (resolution.type === "unavailable")
-    return { content: [{ type: "text", text: `${toolUse.name}: ${resolution.reason}` }], isError: true };
+    return {
+      content: [{ type: "text", text: `${toolUse.name}: ${resolution.reason}` }],
+      isError: true,
+      sessionError: resolution.sessionError,
+    };
   // Whether an earlier `bash` call ran (perhaps in another process or sandbox): a fresh shell must then say so.
   const priorBashCalls = state.toolUses.some(
     (u) => u.kind === "tool" && u.name === "bash" && u.seq < toolUse.seq && state.results.has(u.id),

@@ -5,7 +5,7 @@
  */
 import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import type { ManagedSandboxLease, SandboxAcquireResult } from "@openma/contract";
+import { type ManagedSandboxLease, type SandboxAcquireResult, WORKSPACE_MOUNT_PATH, type WorkspaceBinding } from "@openma/contract";
 import { afterAll, beforeEach, describe, expect, it } from "vitest";
 import { LABELS, NODE_DOCKER_PROVIDER, type NodeDockerSandbox } from "./driver.ts";
 import {
@@ -28,6 +28,14 @@ let bindings: HostBindings;
 function acquired(result: SandboxAcquireResult): ManagedSandboxLease {
   if (result.type !== "acquired") throw new Error(`acquire failed: ${result.reason}`);
   return result.lease;
+}
+
+/** A container over the given bindings, under a fresh scope. */
+async function start(idempotencyKey: string, own: { workspace: HostBindings["workspace"]; outputs: HostBindings["outputs"] | null }) {
+  const scope = testScope();
+  const fence = testFence(scope);
+  const lease = acquired(await driver.acquire({ scope, fence, ...own, idempotencyKey, signal: never }));
+  return { scope, fence, lease };
 }
 
 const text = (bytes: Uint8Array) => Buffer.from(bytes).toString("utf8");
@@ -93,6 +101,10 @@ describe("node-docker ManagedSandboxPort", () => {
     expect(info.HostConfig.Memory).toBe(256 * 1024 * 1024);
     expect(info.HostConfig.PidsLimit).toBe(64);
     expect(info.HostConfig.CapDrop).toEqual(["ALL"]);
+    expect(info.HostConfig.CapAdd ?? []).toEqual([]);
+    expect(info.HostConfig.ReadonlyRootfs).toBe(true);
+    expect(info.HostConfig.SecurityOpt).toContain("no-new-privileges");
+    expect(info.Config.User).toBe("1000:1000");
     const mounts = Object.fromEntries(info.Mounts.map((m) => [m.Destination, m.Source]));
     expect(mounts["/workspace"]).toBe(bindings.workspaceDir);
     expect(mounts["/mnt/session/outputs"]).toBe(bindings.outputsDir);
@@ -120,6 +132,68 @@ describe("node-docker ManagedSandboxPort", () => {
     expect(await readFile(join(bindings.workspaceDir, "made.txt"), "utf8")).toBe("ws\n");
 
     expect(await driver.terminate({ scope, fence, lease, reason: "completed", signal: never })).toEqual({ type: "terminated" });
+  });
+
+  it("runs the agent unprivileged: uid 1000, no capabilities, read-only root, writable workspace, outputs, /tmp and home", async () => {
+    const { scope, fence, lease } = await start("unpriv", bindings);
+    const who = await sh(lease, "id -u; id -g; echo $HOME; grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs):' /proc/self/status");
+    expect(who.stdout.split("\n").slice(0, 3)).toEqual(["1000", "1000", "/home/agent"]);
+    expect(who.stdout).toMatch(/CapEff:\s+0{16}\n/);
+    expect(who.stdout).toMatch(/CapPrm:\s+0{16}\n/);
+    expect(who.stdout).toMatch(/CapBnd:\s+0{16}\n/);
+    expect(who.stdout).toMatch(/NoNewPrivs:\s+1/);
+
+    // Nothing outside the writable places can be written, not even where the image has directories.
+    for (const path of ["/evil", "/etc/evil", "/bin/evil", "/root/evil", "/run/evil", "/workspace/../evil"]) {
+      const write = await sh(lease, `echo x > ${path}`);
+      expect(write.exitCode, path).not.toBe(0);
+      expect(write.stderr, path).toMatch(/Read-only file system|Permission denied/);
+    }
+    const writable = await sh(
+      lease,
+      "for d in /workspace /mnt/session/outputs /tmp $HOME; do echo ok > $d/probe && cat $d/probe || exit 1; done; mkdir -p /workspace/sub/dir && touch /workspace/sub/dir/f",
+    );
+    expect(writable).toMatchObject({ exitCode: 0, stdout: "ok\nok\nok\nok\n" });
+    // Programs the agent writes run from each of them (the Engine's tmpfs default would be noexec).
+    const runs = await sh(
+      lease,
+      "for d in /workspace /tmp $HOME; do printf '#!/bin/sh\\necho ran\\n' > $d/p.sh && chmod +x $d/p.sh && $d/p.sh || exit 1; done",
+    );
+    expect(runs).toMatchObject({ exitCode: 0, stdout: "ran\nran\nran\n" });
+    // The host sees the agent's files owned by the sandbox uid.
+    const { stat } = await import("node:fs/promises");
+    expect((await stat(join(bindings.workspaceDir, "sub", "dir", "f"))).uid).toBe(1000);
+    expect((await stat(join(bindings.outputsDir, "probe"))).uid).toBe(1000);
+    expect(await driver.terminate({ scope, fence, lease, reason: "completed", signal: never })).toEqual({ type: "terminated" });
+  });
+
+  it("hands a workspace the host wrote as root to the sandbox uid before it starts", async () => {
+    const own = await hostBindings();
+    try {
+      const { mkdir, stat } = await import("node:fs/promises");
+      await mkdir(join(own.workspaceDir, "restored"));
+      await writeFile(join(own.workspaceDir, "restored", "file.txt"), "from a checkpoint\n");
+      const { scope, fence, lease } = await start("handover", own);
+      expect((await stat(join(own.workspaceDir, "restored", "file.txt"))).uid).toBe(1000);
+      const edit = await sh(lease, "echo edited >> /workspace/restored/file.txt && cat /workspace/restored/file.txt");
+      expect(edit).toMatchObject({ exitCode: 0, stdout: "from a checkpoint\nedited\n" });
+      await driver.terminate({ scope, fence, lease, reason: "completed", signal: never });
+    } finally {
+      await removeHostBindings(own);
+    }
+  });
+
+  it("an ephemeral workspace without a host directory is a tmpfs the sandbox uid can write", async () => {
+    const workspace: WorkspaceBinding = { bindingId: "wsb_eph", strategy: "ephemeral", mountPath: WORKSPACE_MOUNT_PATH, metadata: {} };
+    const { scope, fence, lease } = await start("eph", { workspace, outputs: null });
+    expect(await sh(lease, "echo hi > /workspace/x && cat /workspace/x")).toMatchObject({ exitCode: 0, stdout: "hi\n" });
+    await driver.terminate({ scope, fence, lease, reason: "completed", signal: never });
+  });
+
+  it("refuses a user that is not a numeric uid:gid", () => {
+    expect(() => env.driver({ user: "agent" })).toThrow(/numeric uid:gid/);
+    expect(() => env.driver({ user: "1000:-1" })).toThrow(/numeric uid:gid/);
+    expect(env.driver({ user: "0:0" }).user).toEqual({ uid: 0, gid: 0 });
   });
 
   it("concurrent acquires with one key share a container; a dead one is replaced on retry", async () => {

@@ -4,16 +4,20 @@
  * with a deterministic name and ownership labels, so any process can find,
  * heartbeat, kill or reap it from the serialized lease alone.
  *
- * Defaults are closed: `NetworkMode: none`, every capability dropped except
- * the few a root shell needs to manage its own files, no new privileges,
- * CPU/memory/pids limits, an init process reaping zombies. `/workspace` and
- * `/mnt/session/outputs` are bind mounts of the host directories the
- * workspace and output ports materialized. There is no suspend: a plain
+ * Defaults are closed: `NetworkMode: none`; the agent runs as an
+ * unprivileged uid (1000, `agent` in the OpenMA images) with every
+ * capability dropped and no new privileges; the root filesystem is
+ * read-only, with memory-backed tmpfs for `/tmp`, the home directory and the
+ * driver's runtime directory; CPU/memory/pids limits; an init process reaping
+ * zombies. `/workspace` and `/mnt/session/outputs` are bind mounts of the
+ * host directories the workspace and output ports materialized, handed to
+ * the sandbox uid before the container starts. There is no suspend: a plain
  * container cannot be retained across host loss, so the capability says so.
+ * What stays privileged is listed in docs/images.md.
  */
 import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
-import { rm } from "node:fs/promises";
+import { lstat, rm } from "node:fs/promises";
 import type { Server } from "node:net";
 import { tmpdir } from "node:os";
 import { isAbsolute, join, normalize } from "node:path";
@@ -42,6 +46,7 @@ import {
   WORKSPACE_MOUNT_PATH,
   type WorkspaceBinding,
 } from "@openma/contract";
+import { chownTree } from "@openma/driver-kit/chown-tree";
 import {
   EGRESS_PROXY_PORT,
   gatewaySandboxEnv,
@@ -61,7 +66,15 @@ export const NODE_DOCKER_SANDBOX_CAPABILITIES: SandboxCapabilities = {
   provider: NODE_DOCKER_PROVIDER,
   lifecycle: { suspendResume: "unsupported", hardTerminate: "supported", orphanReap: "host_managed" },
   facts: {
-    has: ["duplex_process", "workspace_file_io", "stable_name_with_ownership_labels", "network_none_by_default"],
+    has: [
+      "duplex_process",
+      "workspace_file_io",
+      "stable_name_with_ownership_labels",
+      "network_none_by_default",
+      "unprivileged_uid",
+      "read_only_rootfs",
+      "no_capabilities",
+    ],
     lacks: ["provider_suspend_resume", "process_memory_checkpoint"],
   },
   // `NetworkMode: none` leaves only loopback: nothing leaves unless a composed egress gateway is the way out.
@@ -89,8 +102,15 @@ export interface ResourceLimits {
 
 export const DEFAULT_LIMITS: ResourceLimits = { cpus: 1, memoryBytes: 1024 * 1024 * 1024, pids: 512 };
 
-/** Enough for a root shell to manage files it owns or was handed; no network, mount, ptrace or raw I/O powers. */
-const CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID"];
+/** The sandbox identity by default: uid/gid 1000 (`agent` in the OpenMA images), whose home is a tmpfs. */
+export const SANDBOX_USER = { uid: 1000, gid: 1000 } as const;
+export const SANDBOX_HOME = "/home/agent";
+
+/**
+ * Only for an operator who asks for a root container (`user: "0:0"`): enough for a root shell to manage files
+ * it owns or was handed; no network, mount, ptrace or raw I/O powers. The unprivileged default gets none.
+ */
+const ROOT_CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID"];
 
 /** Keeps the container alive between execs; the init process (tini) is pid 1 and reaps orphans. */
 const IDLE_COMMAND = ["/bin/sh", "-c", "while :; do sleep 86400; done"];
@@ -105,8 +125,13 @@ export interface NodeDockerSandboxOptions {
   labels?: Readonly<Record<string, string>>;
   /** Non-secret container environment. Secrets go through `toolSandbox(...).exec({secretEnv})`. */
   env?: Readonly<Record<string, string>>;
-  /** Container user (default: the image's, root in the OpenMA images). */
+  /**
+   * Container user as numeric `uid:gid` (default `1000:1000`). `0:0` runs the agent as root (with a few file
+   * capabilities): only for images that cannot work otherwise, e.g. stand-ins of vendors whose boxes are root.
+   */
   user?: string;
+  /** Default true: the image is read-only, writes go to the bindings and the tmpfs mounts. */
+  readOnlyRootfs?: boolean;
   namePrefix?: string;
   /**
    * Extra host paths bound into every container (e.g. the official worker's SDK and the control-plane
@@ -179,6 +204,7 @@ export class NodeDockerSandbox implements ManagedSandboxPort, SandboxInventoryPo
   readonly #options: NodeDockerSandboxOptions;
   readonly #limits: ResourceLimits;
   readonly #gateways = new Map<string, LiveGateway>();
+  readonly #user: { uid: number; gid: number };
 
   constructor(options: NodeDockerSandboxOptions) {
     this.#options = options;
@@ -210,12 +236,30 @@ export class NodeDockerSandbox implements ManagedSandboxPort, SandboxInventoryPo
       : (options.networkMode ?? "none") === "none"
         ? NODE_DOCKER_SANDBOX_CAPABILITIES
         : { ...NODE_DOCKER_SANDBOX_CAPABILITIES, credentialEgress: { enforcement: "unsupported" } };
+    this.#user = parseUser(options.user);
+  }
+
+  /** The uid:gid the agent's processes run as. */
+  get user(): { uid: number; gid: number } {
+    return { ...this.#user };
+  }
+
+  /** The same driver on another image (an environment's package layer); leases of either work on both. */
+  forImage(image: string): NodeDockerSandbox {
+    return new NodeDockerSandbox({ ...this.#options, image, docker: this.docker });
+  }
+
+  /** The image new containers start from. */
+  get image(): string {
+    return this.#options.image;
   }
 
   /** The plan is optional: the container is the same whatever harness lane runs in it. */
   async acquire(input: AcquireInput): Promise<SandboxAcquireResult> {
     const mounts = mountsFor(input.workspace, input.outputs);
     if (!mounts.ok) return { type: "unavailable", reason: mounts.reason, retryable: false };
+    const owned = await this.#handOver(mounts.mounts);
+    if (owned !== null) return { type: "unavailable", reason: owned, retryable: false };
     const name = containerName(this.#options.namePrefix ?? "openma", input.scope, input.fence.generation, input.idempotencyKey);
     const labels = this.#labels(input.scope, input.fence, input.idempotencyKey);
     try {
@@ -297,6 +341,28 @@ export class NodeDockerSandbox implements ManagedSandboxPort, SandboxInventoryPo
       await new Promise((resolve) => setTimeout(resolve, Math.min(10 * 2 ** attempt, 250)));
     }
     return { type: "unavailable", reason: `container name ${name} is held by a concurrent acquire that did not finish`, retryable: true };
+  }
+
+  /**
+   * The bound host directories become the sandbox uid's (recursively, never through symlinks), so the agent
+   * can write its workspace and outputs. Needs a root host process unless they already belong to that uid.
+   */
+  async #handOver(mounts: Docker.MountConfig): Promise<string | null> {
+    const { uid, gid } = this.#user;
+    for (const mount of mounts) {
+      const source = mount.Source as string;
+      try {
+        const info = await lstat(source);
+        if (!info.isDirectory()) return `bind source ${source} is not a directory`;
+        if (uid === 0) continue;
+        // A host process that is not root can only hand over what it already owns (and has nothing to do then).
+        if (process.getuid?.() !== 0 && info.uid === uid) continue;
+        await chownTree(source, uid, gid);
+      } catch (err) {
+        return `cannot hand ${source} to the sandbox uid ${uid}: ${describeError(err)}`;
+      }
+    }
+    return null;
   }
 
   #labels(scope: RuntimeResourceScope, fence: FenceIdentity, idempotencyKey: string): Record<string, string> {
@@ -381,27 +447,43 @@ export class NodeDockerSandbox implements ManagedSandboxPort, SandboxInventoryPo
   ): Docker.ContainerCreateOptions {
     const networkMode = this.#options.networkMode ?? "none";
     const limits = this.#limits;
+    const { uid, gid } = this.#user;
+    const root = uid === 0;
+    const owner = `uid=${uid},gid=${gid}`;
+    const home = root ? "/root" : SANDBOX_HOME;
     return {
       name,
       Image: this.#options.image,
       Cmd: IDLE_COMMAND,
       WorkingDir: WORKSPACE_MOUNT_PATH,
-      User: this.#options.user,
-      Env: Object.entries({ ...this.#options.env, ...egressEnv }).map(([key, value]) => `${key}=${value}`),
+      User: `${uid}:${gid}`,
+      // HOME explicitly: an image without a passwd entry for the uid would otherwise give `/`.
+      Env: Object.entries({ HOME: home, ...this.#options.env, ...egressEnv }).map(([key, value]) => `${key}=${value}`),
       Labels: labels,
       NetworkDisabled: networkMode === "none",
       HostConfig: {
         NetworkMode: networkMode,
         Init: true,
         Mounts: [...mounts, ...this.#extraMounts()],
-        // Pid files and secret files: memory only, private to root, never executable.
-        Tmpfs: { [RUNTIME_DIR]: "rw,nosuid,nodev,noexec,size=16m,mode=0700" },
+        ReadonlyRootfs: this.#options.readOnlyRootfs ?? true,
+        // Memory only (they count against the memory limit). The runtime directory holds pid and secret
+        // files: private to the sandbox uid, never executable.
+        Tmpfs: {
+          [RUNTIME_DIR]: `rw,nosuid,nodev,noexec,size=16m,mode=0700,${owner}`,
+          // `exec` explicitly: the Engine's tmpfs default is noexec, and agents build and run things in /tmp.
+          "/tmp": "rw,exec,nosuid,nodev,size=512m,mode=1777",
+          ...(root ? {} : { [SANDBOX_HOME]: `rw,exec,nosuid,nodev,size=256m,mode=0700,${owner}` }),
+          // An ephemeral workspace without a host directory: the container's own, writable by the sandbox uid.
+          ...(mounts.some((m) => m.Target === WORKSPACE_MOUNT_PATH)
+            ? {}
+            : { [WORKSPACE_MOUNT_PATH]: `rw,exec,nosuid,nodev,size=1g,${owner}` }),
+        },
         NanoCpus: Math.round(limits.cpus * 1e9),
         Memory: limits.memoryBytes,
         MemorySwap: limits.memoryBytes,
         PidsLimit: limits.pids,
         CapDrop: ["ALL"],
-        CapAdd: CAPABILITIES,
+        CapAdd: root ? ROOT_CAPABILITIES : [],
         SecurityOpt: ["no-new-privileges"],
         RestartPolicy: { Name: "no" },
         LogConfig: { Type: "none", Config: {} },
@@ -550,7 +632,17 @@ async function startIdempotent(container: Docker.Container): Promise<void> {
   }
 }
 
-const RESERVED_TARGETS = [WORKSPACE_MOUNT_PATH, OUTPUTS_MOUNT_PATH, "/proc", "/dev", "/sys", RUNTIME_DIR];
+const RESERVED_TARGETS = [WORKSPACE_MOUNT_PATH, OUTPUTS_MOUNT_PATH, "/proc", "/dev", "/sys", RUNTIME_DIR, "/tmp", SANDBOX_HOME];
+
+/** `uid:gid`, numeric: names would depend on the image's passwd, which the host cannot check. */
+function parseUser(user: string | undefined): { uid: number; gid: number } {
+  if (user === undefined) return { ...SANDBOX_USER };
+  const match = /^(\d{1,10}):(\d{1,10})$/.exec(user);
+  const [uid, gid] = match ? [Number(match[1]), Number(match[2])] : [Number.NaN, Number.NaN];
+  if (!(uid < 2 ** 31 - 1 && gid < 2 ** 31 - 1))
+    throw new Error(`node-docker: user must be a numeric uid:gid, got ${JSON.stringify(user)}`);
+  return { uid, gid };
+}
 
 /** A bind may add paths, never shadow the bindings or the driver's own runtime directory. */
 function bindIssue(bind: { source: string; target: string }): string | null {

@@ -43,6 +43,8 @@ export interface ImageManifest {
   tag: string;
   base: { image: string; rootfs: string };
   busybox: { image: string; rootfs: string };
+  /** The dev toolchain image (docs/images.md), when the build made one. */
+  dev?: { image: string; rootfs: string; node?: string; npm?: string };
 }
 
 function isImageEntry(value: unknown): value is { image: string; rootfs: string } {
@@ -66,7 +68,8 @@ export async function readImageManifest(
     value === null ||
     typeof value.tag !== "string" ||
     !isImageEntry(value.base) ||
-    !isImageEntry(value.busybox)
+    !isImageEntry(value.busybox) ||
+    (value.dev !== undefined && !isImageEntry(value.dev))
   ) {
     return { ok: false, message: `the sandbox image manifest at ${path} is malformed: ${PROVISION_HINT}` };
   }

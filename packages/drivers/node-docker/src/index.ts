@@ -8,6 +8,8 @@ export {
   NodeDockerSandbox,
   type NodeDockerSandboxOptions,
   type ResourceLimits,
+  SANDBOX_HOME,
+  SANDBOX_USER,
 } from "./driver.ts";
 export {
   connectDocker,
@@ -21,6 +23,13 @@ export {
   readImageManifest,
   statusOf,
 } from "./engine.ts";
+export {
+  ensurePackageLayer,
+  PACKAGES_ENVIRONMENT_LABEL,
+  PACKAGES_LABEL,
+  PACKAGES_REPO,
+  type PackageLayerOptions,
+} from "./package-layers.ts";
 export { type ContainerProcess, type ContainerProcessInput, DEFAULT_MAX_OUTPUT_BYTES } from "./process.ts";
 export { dockerProcesses } from "./process-port.ts";
 export { type DockerExecInput, DockerToolSandbox, type DockerToolSandboxOptions } from "./tool-sandbox.ts";

@@ -71,6 +71,9 @@ export class LocalBoxes {
         image,
         docker: this.#docker,
         networkMode: this.#options.networkMode ?? "host",
+        // The vendors' boxes give their users root and a writable filesystem; a stand-in behaves the same.
+        user: "0:0",
+        readOnlyRootfs: false,
         namePrefix: `openma-standin-${this.#options.vendor}`,
         labels: { [STANDIN_LABEL]: this.#options.vendor, [STANDIN_RUN_LABEL]: this.runId },
       });
