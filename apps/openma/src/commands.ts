@@ -1,5 +1,6 @@
 /** The `openma` commands: serve (default), runtime-host, doctor, standin. Loaded by cli.ts once the Node version is checked. */
 import { openStorage } from "@openma/storage";
+import { CLIENT_USAGE, clientCommand } from "./cli/index.ts";
 import { loadConfig } from "./config.ts";
 import { doctorCommand } from "./doctor.ts";
 import { startConfiguredRuntimeHost } from "./runtime-host.ts";
@@ -97,7 +98,8 @@ commands:
   doctor        report what this machine has (node, SQLite, Postgres, bwrap, Docker, images, cgroups,
                 configured cloud sandbox drivers) [--json]
   standin       run a cloud vendor's stand-in (e2b, daytona, sprites, blaxel, vercel, modal) on its own, over local sandboxes
-`;
+
+${CLIENT_USAGE}`;
 
 export async function main(argv: string[]): Promise<void> {
   const [command = "serve", ...rest] = argv;
@@ -110,6 +112,11 @@ export async function main(argv: string[]): Promise<void> {
       return doctorCommand(rest);
     case "standin":
       return standInCommand(rest);
+    case "agents":
+    case "environments":
+    case "sessions":
+    case "chat":
+      return clientCommand(command, rest);
     case "help":
     case "--help":
     case "-h":
