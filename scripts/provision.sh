@@ -2,7 +2,7 @@
 # Installs and starts what the local sandbox drivers need: bubblewrap, the
 # Docker Engine (docker.io + dockerd), debootstrap and busybox-static for the
 # image builder, iproute2 for network checks, and Debian's chromium for the
-# console's browser test (test/console).
+# console's browser test (test/console), and tmux for the CLI's terminal test (test/cli).
 #
 # Idempotent: packages already installed are not touched (and `apt-get update`
 # runs only when an install needs it); a dockerd that already answers is left
@@ -18,7 +18,7 @@
 #   OPENMA_DOCKERD_WAIT_SECONDS     how long to wait for `docker info` (default 60)
 set -euo pipefail
 
-PACKAGES=(bubblewrap docker.io debootstrap busybox-static iproute2 chromium)
+PACKAGES=(bubblewrap docker.io debootstrap busybox-static iproute2 chromium tmux)
 WITH_DOCKER=1
 case "${1:-}" in
   "") ;;
