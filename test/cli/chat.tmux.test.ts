@@ -9,19 +9,18 @@
 import { execFile } from "node:child_process";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { type ScriptedModel, startScriptedModel } from "@openma/scripted-model";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../support/server.ts";
+import type { TestServer } from "../support/server.ts";
 import { until } from "../support/until.ts";
+import { agentAndEnvironment, startBrainServer } from "./support.ts";
 
 const run = promisify(execFile);
 const ROOT = join(import.meta.dirname, "..", "..");
 const CLI = join(ROOT, "apps", "openma", "src", "cli.ts");
-const MODEL_KEY = "sk-scripted-chat";
 const SOCKET = `openma-chat-test-${process.pid}`;
 
 describe("openma chat in a terminal", () => {
-  let model: ScriptedModel;
+  let server: Awaited<ReturnType<typeof startBrainServer>>;
   let t: TestServer;
   let tmuxEnv: NodeJS.ProcessEnv;
 
@@ -30,39 +29,24 @@ describe("openma chat in a terminal", () => {
   const sees = (text: string) => until(async () => (await screen()).includes(text), `"${text}" on the terminal`);
 
   beforeAll(async () => {
-    model = await startScriptedModel({
-      apiKey: MODEL_KEY,
-      script: [
-        {
-          match: { last_user_text_contains: "may I" },
-          response: { content: [{ type: "tool_use", name: "bash", input: { command: "echo allowed" } }] },
-        },
-        { match: { tool_result_for: "bash", tool_result_contains: "allowed" }, response: "Ran it: the sandbox said allowed." },
-      ],
-    });
-    t = await startTestServer("sqlite", {
-      OPENMA_BRAIN: "on",
-      OPENMA_SANDBOX: "bubblewrap",
-      OPENMA_MODEL_BASE_URL: model.url,
-      OPENMA_MODEL_API_KEY: MODEL_KEY,
-      OPENMA_EXECUTION_POLL_MS: "600000",
-    });
+    server = await startBrainServer([
+      {
+        match: { last_user_text_contains: "may I" },
+        response: { content: [{ type: "tool_use", name: "bash", input: { command: "echo allowed" } }] },
+      },
+      { match: { tool_result_for: "bash", tool_result_contains: "allowed" }, response: "Ran it: the sandbox said allowed." },
+    ]);
+    t = server.t;
     // The key reaches the CLI through the tmux server's environment (it starts with this one), not through argv.
     tmuxEnv = { ...process.env, OPENMA_BASE_URL: t.baseURL, OPENMA_API_KEY: t.apiKey };
   });
   afterAll(async () => {
     await tmux("kill-server").catch(() => undefined);
-    await t?.close();
-    await model?.close();
+    await server?.close();
   });
 
   it("asks before the tool runs, sends the answer, and shows the final message", async () => {
-    const { id: agentId } = await t.client.beta.agents.create({
-      name: "careful",
-      model: "claude-test-1",
-      tools: [{ type: "agent_toolset_20260401", default_config: { permission_policy: { type: "always_ask" } } }],
-    });
-    const { id: environmentId } = await t.client.beta.environments.create({ name: "chat-env", config: { type: "cloud" } as never });
+    const { agentId, environmentId } = await agentAndEnvironment(t, "always_ask");
 
     const chat = `'${process.execPath}' --import tsx '${CLI}' chat --agent ${agentId} --environment ${environmentId}; echo "[chat exited $?]"; sleep 600`;
     await tmux("new-session", "-d", "-s", "chat", "-x", "160", "-y", "50", "-c", ROOT, chat);

@@ -5,30 +5,27 @@
  * follows a turn whose stream is cut mid-way by a proxy and still prints
  * the session's log exactly once, in order.
  */
-import { ManualScheduler, type ScriptedModel, startScriptedModel } from "@openma/scripted-model";
+import { ManualScheduler } from "@openma/scripted-model";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { clientCommand } from "../../apps/openma/src/cli/index.ts";
 import { type CutProxy, startCutProxy } from "../console/cut-proxy.ts";
-import { startTestServer, type TestServer } from "../support/server.ts";
+import type { TestServer } from "../support/server.ts";
 import { until } from "../support/until.ts";
-import { captureIo } from "./io.ts";
+import { agentAndEnvironment, captureIo, startBrainServer } from "./support.ts";
 
-const MODEL_KEY = "sk-scripted-cli";
 const ANSI = new RegExp(`${String.fromCharCode(27)}\\[`);
 
 describe("openma client commands", () => {
   let clock: ManualScheduler;
-  let model: ScriptedModel;
+  let server: Awaited<ReturnType<typeof startBrainServer>>;
   let t: TestServer;
   let proxy: CutProxy;
   let env: Record<string, string>;
 
   beforeAll(async () => {
     clock = new ManualScheduler();
-    model = await startScriptedModel({
-      apiKey: MODEL_KEY,
-      scheduler: clock,
-      script: [
+    server = await startBrainServer(
+      [
         {
           match: { last_user_text_contains: "run it" },
           response: { content: [{ type: "tool_use", name: "bash", input: { command: "echo from-the-sandbox" } }] },
@@ -40,21 +37,15 @@ describe("openma client commands", () => {
           response: "All done.",
         },
       ],
-    });
-    t = await startTestServer("sqlite", {
-      OPENMA_BRAIN: "on",
-      OPENMA_SANDBOX: "bubblewrap",
-      OPENMA_MODEL_BASE_URL: model.url,
-      OPENMA_MODEL_API_KEY: MODEL_KEY,
-      OPENMA_EXECUTION_POLL_MS: "600000",
-    });
+      clock,
+    );
+    t = server.t;
     proxy = await startCutProxy(t.baseURL);
     env = { OPENMA_BASE_URL: proxy.url, OPENMA_API_KEY: t.apiKey };
   });
   afterAll(async () => {
     await proxy?.close();
-    await t?.close();
-    await model?.close();
+    await server?.close();
   });
 
   async function run(argv: string[], opts: { tty?: boolean } = {}) {
@@ -102,12 +93,7 @@ describe("openma client commands", () => {
   });
 
   it("tails a turn live across a dropped stream, each event once and in order", async () => {
-    const { id: agentId } = await t.client.beta.agents.create({
-      name: "tail-agent",
-      model: "claude-test-1",
-      tools: [{ type: "agent_toolset_20260401", default_config: { permission_policy: { type: "always_allow" } } }],
-    });
-    const { id: environmentId } = await t.client.beta.environments.create({ name: "tail-env", config: { type: "cloud" } as never });
+    const { agentId, environmentId } = await agentAndEnvironment(t, "always_allow");
     const { id: sessionId } = await t.client.beta.sessions.create({ agent: agentId, environment_id: environmentId });
     expect((await run(["sessions", "send", sessionId, "please", "run it"])).out()).toBe("sent\n");
 
