@@ -363,13 +363,13 @@ export async function checkCgroups(): Promise<DoctorCheck> {
   const facts = { version: hybrid !== null ? "hybrid" : "v1", controllers: v1 };
   const detail = `cgroup ${mode}; v1 controllers: ${v1.join(" ") || "none"}`;
   const lacking = ["cpu", "memory", "pids"].filter((c) => !v1.includes(c) || !CgroupV1.present("/sys/fs/cgroup"));
-  if (lacking.length === 0 && process.getuid?.() === 0)
-    return check("cgroups", "ok", `${detail}; bubblewrap limits each sandbox with them`, { facts });
+  const usable = process.getuid?.() === 0 && CgroupV1.detect("/sys/fs/cgroup", (await read("/proc/self/cgroup")) ?? "") !== null;
+  if (lacking.length === 0 && usable) return check("cgroups", "ok", `${detail}; bubblewrap limits each sandbox with them`, { facts });
   return check("cgroups", "warn", detail, {
     disables: [
       lacking.length > 0
         ? `bubblewrap ${lacking.join("/")} limits (no v1 hierarchy mounted for them, no v2 delegation); Docker still enforces its own limits`
-        : "bubblewrap cgroup limits (they need root); sandboxes get per-process rlimits",
+        : "bubblewrap cgroup limits (they need root and writable v1 hierarchies); sandboxes get per-process rlimits",
     ],
     facts,
   });

@@ -76,7 +76,6 @@ import {
   type LimitEnforcement,
   limitEnforcement,
   limitIssues,
-  ownV1Paths,
   type ResourceLimits,
   removeCgroups,
   type SandboxCgroups,
@@ -173,14 +172,14 @@ function hostPathOf(
 function cgroupsFor(options: BubblewrapOptions, root: boolean): SandboxCgroups | null {
   if (options.cgroupParent) return new CgroupParent(options.cgroupParent);
   const v1Root = options.cgroupV1Root ?? "/sys/fs/cgroup";
-  if (!root || v1Root === false || !CgroupV1.present(v1Root)) return null;
-  let own: Record<string, string> = {};
+  if (!root || v1Root === false) return null;
+  let procSelfCgroup = "";
   try {
-    own = ownV1Paths(readFileSync("/proc/self/cgroup", "utf8"));
+    procSelfCgroup = readFileSync("/proc/self/cgroup", "utf8");
   } catch {
     // No /proc/self/cgroup: the runtimes' cgroups go under each hierarchy's root.
   }
-  return new CgroupV1(v1Root, own);
+  return CgroupV1.detect(v1Root, procSelfCgroup);
 }
 
 export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPort {

@@ -88,6 +88,9 @@ describe("cgroup v1", () => {
       }
       expect(CgroupV1.present(root)).toBe(true);
       expect(CgroupV1.present(join(root, "none"))).toBe(false);
+      // Usable only where this process's own cgroup can take children (a container sees them read-only).
+      expect(CgroupV1.detect(root, "4:memory:/not-here\n")).toBeNull();
+      expect(CgroupV1.detect(root, "")).toBeInstanceOf(CgroupV1);
       await writeFile(join(root, "cpu", "cgroup.controllers"), "cpu"); // a v2 directory is not a v1 hierarchy
       expect(CgroupV1.present(root)).toBe(false);
       const v1 = new CgroupV1(root, { memory: "/srv" });

@@ -21,7 +21,7 @@
  * `limitEnforcement` reports which applies, so a deployment can see exactly
  * what is and is not enforced.
  */
-import { existsSync } from "node:fs";
+import { accessSync, constants, existsSync } from "node:fs";
 import { access, mkdir, readFile, rmdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 
@@ -226,6 +226,23 @@ export class CgroupV1 implements SandboxCgroups {
     return V1_CONTROLLERS.every(
       (name) => existsSync(join(root, name, "cgroup.procs")) && !existsSync(join(root, name, "cgroup.controllers")),
     );
+  }
+
+  /**
+   * The v1 hierarchies this process can give sandboxes cgroups in: present, and this process's own cgroup in
+   * each writable (a container usually sees them read-only). Null otherwise: the driver then uses rlimits.
+   */
+  static detect(root: string, procSelfCgroup: string): CgroupV1 | null {
+    if (!CgroupV1.present(root)) return null;
+    const own = ownV1Paths(procSelfCgroup);
+    for (const name of V1_CONTROLLERS) {
+      try {
+        accessSync(join(root, name, own[name] ?? "/"), constants.W_OK);
+      } catch {
+        return null;
+      }
+    }
+    return new CgroupV1(root, own);
   }
 
   async probe(): Promise<string | null> {

@@ -451,6 +451,7 @@ export class NodeDockerSandbox implements ManagedSandboxPort, SandboxInventoryPo
     const root = uid === 0;
     const owner = `uid=${uid},gid=${gid}`;
     const home = root ? "/root" : SANDBOX_HOME;
+    const readOnlyRootfs = this.#options.readOnlyRootfs ?? true;
     return {
       name,
       Image: this.#options.image,
@@ -465,7 +466,7 @@ export class NodeDockerSandbox implements ManagedSandboxPort, SandboxInventoryPo
         NetworkMode: networkMode,
         Init: true,
         Mounts: [...mounts, ...this.#extraMounts()],
-        ReadonlyRootfs: this.#options.readOnlyRootfs ?? true,
+        ReadonlyRootfs: readOnlyRootfs,
         // Memory only (they count against the memory limit). The runtime directory holds pid and secret
         // files: private to the sandbox uid, never executable.
         Tmpfs: {
@@ -473,8 +474,9 @@ export class NodeDockerSandbox implements ManagedSandboxPort, SandboxInventoryPo
           // `exec` explicitly: the Engine's tmpfs default is noexec, and agents build and run things in /tmp.
           "/tmp": "rw,exec,nosuid,nodev,size=512m,mode=1777",
           ...(root ? {} : { [SANDBOX_HOME]: `rw,exec,nosuid,nodev,size=256m,mode=0700,${owner}` }),
-          // An ephemeral workspace without a host directory: the container's own, writable by the sandbox uid.
-          ...(mounts.some((m) => m.Target === WORKSPACE_MOUNT_PATH)
+          // An ephemeral workspace without a host directory on a read-only root: a tmpfs writable by the sandbox
+          // uid. On a writable root it stays in the container's own layer, which outlives a stop (as a vendor's box).
+          ...(mounts.some((m) => m.Target === WORKSPACE_MOUNT_PATH) || !readOnlyRootfs
             ? {}
             : { [WORKSPACE_MOUNT_PATH]: `rw,exec,nosuid,nodev,size=1g,${owner}` }),
         },
