@@ -362,8 +362,10 @@ export async function checkCgroups(): Promise<DoctorCheck> {
   const mode = hybrid !== null ? "v1 (hybrid, no v2 controllers delegated)" : "v1";
   const facts = { version: hybrid !== null ? "hybrid" : "v1", controllers: v1 };
   const detail = `cgroup ${mode}; v1 controllers: ${v1.join(" ") || "none"}`;
-  const lacking = ["cpu", "memory", "pids"].filter((c) => !v1.includes(c) || !CgroupV1.present("/sys/fs/cgroup"));
-  const usable = process.getuid?.() === 0 && CgroupV1.detect("/sys/fs/cgroup", (await read("/proc/self/cgroup")) ?? "") !== null;
+  const mounted = CgroupV1.present("/sys/fs/cgroup");
+  const lacking = ["cpu", "memory", "pids"].filter((c) => !v1.includes(c) || !mounted);
+  // The same judgement the driver makes: as root, this process's own v1 cgroups must be writable.
+  const usable = mounted && process.getuid?.() === 0 && CgroupV1.detect("/sys/fs/cgroup") !== null;
   if (lacking.length === 0 && usable) return check("cgroups", "ok", `${detail}; bubblewrap limits each sandbox with them`, { facts });
   return check("cgroups", "warn", detail, {
     disables: [

@@ -21,7 +21,7 @@
  * (pid + start time), so any process sharing that root can reap it from its
  * serialized lease.
  */
-import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, statSync, writeFileSync } from "node:fs";
+import { closeSync, existsSync, mkdirSync, openSync, readdirSync, renameSync, statSync, writeFileSync } from "node:fs";
 import { chmod, chown, mkdir, rm } from "node:fs/promises";
 import type { Server } from "node:net";
 import { tmpdir } from "node:os";
@@ -173,13 +173,7 @@ function cgroupsFor(options: BubblewrapOptions, root: boolean): SandboxCgroups |
   if (options.cgroupParent) return new CgroupParent(options.cgroupParent);
   const v1Root = options.cgroupV1Root ?? "/sys/fs/cgroup";
   if (!root || v1Root === false) return null;
-  let procSelfCgroup = "";
-  try {
-    procSelfCgroup = readFileSync("/proc/self/cgroup", "utf8");
-  } catch {
-    // No /proc/self/cgroup: the runtimes' cgroups go under each hierarchy's root.
-  }
-  return CgroupV1.detect(v1Root, procSelfCgroup);
+  return CgroupV1.detect(v1Root);
 }
 
 export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPort {

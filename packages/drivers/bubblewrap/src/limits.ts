@@ -21,7 +21,7 @@
  * `limitEnforcement` reports which applies, so a deployment can see exactly
  * what is and is not enforced.
  */
-import { accessSync, constants, existsSync } from "node:fs";
+import { accessSync, constants, existsSync, readFileSync } from "node:fs";
 import { access, mkdir, readFile, rmdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 
@@ -191,6 +191,14 @@ export class CgroupParent implements SandboxCgroups {
 /** The v1 hierarchies a runtime joins, each mounted at `<root>/<name>`. */
 const V1_CONTROLLERS = ["memory", "pids", "cpu"] as const;
 
+function readOwnCgroups(): string {
+  try {
+    return readFileSync("/proc/self/cgroup", "utf8");
+  } catch {
+    return "";
+  }
+}
+
 /** The cgroup path of this process in each v1 hierarchy, from `/proc/self/cgroup` ("4:memory:/a/b"). */
 export function ownV1Paths(procSelfCgroup: string): Record<string, string> {
   const paths: Record<string, string> = {};
@@ -231,8 +239,9 @@ export class CgroupV1 implements SandboxCgroups {
   /**
    * The v1 hierarchies this process can give sandboxes cgroups in: present, and this process's own cgroup in
    * each writable (a container usually sees them read-only). Null otherwise: the driver then uses rlimits.
+   * `procSelfCgroup` defaults to this process's own `/proc/self/cgroup` (without it, each hierarchy's root).
    */
-  static detect(root: string, procSelfCgroup: string): CgroupV1 | null {
+  static detect(root: string, procSelfCgroup: string = readOwnCgroups()): CgroupV1 | null {
     if (!CgroupV1.present(root)) return null;
     const own = ownV1Paths(procSelfCgroup);
     for (const name of V1_CONTROLLERS) {

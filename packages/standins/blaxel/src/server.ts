@@ -23,6 +23,7 @@ import {
   type StandInEnv,
   type StandInOptions,
   serveStandIn,
+  standInHandle,
 } from "@openma/standin-kit";
 import { type Context, Hono } from "hono";
 import { mountMultipart } from "./multipart.ts";
@@ -515,37 +516,28 @@ export async function startBlaxelStandIn(options: BlaxelStandInOptions = {}): Pr
       sandboxes: table.all().map((s) => ({ name: s.name, status: s.status })),
     }),
   });
-  let closing: Promise<void> | null = null;
-  return {
-    vendor: "blaxel",
-    url: server.url,
-    workspace,
-    env: {
-      BL_API_URL: `${server.url}/v0`,
-      BL_RUN_URL: runUrl,
-      BL_WORKSPACE: workspace,
-      BL_API_KEY: apiKey,
-      BL_REGION: "standin-1",
-      // The edge's HTTP/2 pool is for the platform's own hosts; the stand-in speaks HTTP/1.1.
-      BL_DISABLE_H2: "true",
+  return standInHandle(
+    {
+      vendor: "blaxel",
+      url: server.url,
+      env: {
+        BL_API_URL: `${server.url}/v0`,
+        BL_RUN_URL: runUrl,
+        BL_WORKSPACE: workspace,
+        BL_API_KEY: apiKey,
+        BL_REGION: "standin-1",
+        // The edge's HTTP/2 pool is for the platform's own hosts; the stand-in speaks HTTP/1.1.
+        BL_DISABLE_H2: "true",
+      },
+      faults,
+      requests,
+      boxes,
+      live: () => table.all().length,
+      find: (id) => table.get(id),
+      running: (held) => held.status === "DEPLOYED",
+      hangs,
+      servers: [server],
     },
-    faults,
-    inject: (f, times) => faults.add(f, times),
-    requests,
-    boxes,
-    table,
-    live: () => table.all().length,
-    state: (id) => {
-      const held = table.get(id);
-      return held === undefined ? "gone" : held.status === "DEPLOYED" ? "running" : "suspended";
-    },
-    close() {
-      closing ??= (async () => {
-        hangs.releaseAll();
-        await server.close();
-        await boxes.close();
-      })();
-      return closing;
-    },
-  };
+    { table, workspace },
+  );
 }

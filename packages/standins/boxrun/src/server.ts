@@ -30,6 +30,7 @@ import {
   type StandInEnv,
   type StandInOptions,
   serveStandIn,
+  standInHandle,
   type UpgradeRoute,
 } from "@openma/standin-kit";
 import { type Context, Hono } from "hono";
@@ -420,28 +421,20 @@ export async function startBoxRunStandIn(options: StandInOptions = {}): Promise<
     state: async () => ({ live: held.size, containers: await boxes.containers() }),
   });
   app.all("*", (c) => apiError(c, 404, "not_found", `no route ${c.req.method} ${new URL(c.req.url).pathname}`));
-  let closing: Promise<void> | null = null;
-  return {
-    vendor: "boxrun",
-    url: server.url,
-    env: { BOXLITE_REST_URL: server.url, BOXLITE_API_KEY: apiKey },
-    faults,
-    inject: (f, times) => faults.add(f, times),
-    requests,
-    boxes,
-    held,
-    live: () => held.size,
-    state: (id) => {
-      const record = find(id);
-      return record === undefined ? "gone" : record.box.state === "running" ? "running" : "suspended";
+  return standInHandle(
+    {
+      vendor: "boxrun",
+      url: server.url,
+      env: { BOXLITE_REST_URL: server.url, BOXLITE_API_KEY: apiKey },
+      faults,
+      requests,
+      boxes,
+      live: () => held.size,
+      find,
+      running: (record) => record.box.state === "running",
+      hangs,
+      servers: [server],
     },
-    close() {
-      closing ??= (async () => {
-        hangs.releaseAll();
-        await server.close();
-        await boxes.close();
-      })();
-      return closing;
-    },
-  };
+    { held },
+  );
 }

@@ -16,6 +16,7 @@ import {
   type StandInEnv,
   type StandInOptions,
   serveStandIn,
+  standInHandle,
 } from "@openma/standin-kit";
 import { realScheduler, type Scheduler } from "@openma/time";
 import { Hono } from "hono";
@@ -72,29 +73,23 @@ export async function startDaytonaStandIn(options: DaytonaStandInOptions = {}): 
   };
   const server = await serveStandIn({ app, port: options.port, host: options.host, upgrades: [logsRoute(deps, record)] });
   url = server.url;
-  let closing: Promise<void> | null = null;
-  return {
-    vendor: "daytona",
-    url: server.url,
-    env: { DAYTONA_API_URL: `${server.url}/api`, DAYTONA_API_KEY: apiKey, DAYTONA_USE_DEPRECATED_POLLING: "true" },
-    faults,
-    inject: (fault, times) => faults.add(fault, times),
-    requests,
-    boxes,
-    table,
-    live: () => table.all().length,
-    state: (id) => {
-      const held = table.find(id);
-      return held === undefined ? "gone" : held.box.state === "running" ? "running" : "suspended";
-    },
-    close() {
-      closing ??= (async () => {
+  return standInHandle(
+    {
+      vendor: "daytona",
+      url: server.url,
+      env: { DAYTONA_API_URL: `${server.url}/api`, DAYTONA_API_KEY: apiKey, DAYTONA_USE_DEPRECATED_POLLING: "true" },
+      faults,
+      requests,
+      boxes,
+      live: () => table.all().length,
+      find: (id) => table.find(id),
+      running: (held) => held.box.state === "running",
+      hangs,
+      servers: [server],
+      stop() {
         table.close();
-        hangs.releaseAll();
-        await server.close();
-        await boxes.close();
-      })();
-      return closing;
+      },
     },
-  };
+    { table },
+  );
 }

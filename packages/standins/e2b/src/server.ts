@@ -15,6 +15,7 @@ import {
   type StandInEnv,
   type StandInOptions,
   serveStandIn,
+  standInHandle,
 } from "@openma/standin-kit";
 import { realScheduler, type Scheduler } from "@openma/time";
 import { Hono } from "hono";
@@ -55,29 +56,23 @@ export async function startE2BStandIn(options: E2BStandInOptions = {}): Promise<
     }),
   });
   const server = await serveStandIn({ app, port: options.port, host: options.host });
-  let closing: Promise<void> | null = null;
-  return {
-    vendor: "e2b",
-    url: server.url,
-    env: { E2B_API_URL: server.url, E2B_SANDBOX_URL: server.url, E2B_API_KEY: apiKey },
-    faults,
-    inject: (fault, times) => faults.add(fault, times),
-    requests,
-    boxes,
-    table,
-    live: () => table.all().length,
-    state: (id) => {
-      const held = table.get(id);
-      return held === undefined ? "gone" : held.box.state === "running" ? "running" : "suspended";
-    },
-    close() {
-      closing ??= (async () => {
+  return standInHandle(
+    {
+      vendor: "e2b",
+      url: server.url,
+      env: { E2B_API_URL: server.url, E2B_SANDBOX_URL: server.url, E2B_API_KEY: apiKey },
+      faults,
+      requests,
+      boxes,
+      live: () => table.all().length,
+      find: (id) => table.get(id),
+      running: (held) => held.box.state === "running",
+      hangs,
+      servers: [server],
+      stop() {
         table.close();
-        hangs.releaseAll();
-        await server.close();
-        await boxes.close();
-      })();
-      return closing;
+      },
     },
-  };
+    { table },
+  );
 }

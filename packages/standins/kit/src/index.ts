@@ -11,6 +11,7 @@ import type { RecordedRequest } from "./http.ts";
 
 export * from "./boxes.ts";
 export * from "./faults.ts";
+export * from "./handle.ts";
 export * from "./http.ts";
 export * from "./locks.ts";
 

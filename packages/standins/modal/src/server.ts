@@ -29,6 +29,7 @@ import {
   type StandInEnv,
   type StandInOptions,
   serveStandIn,
+  standInHandle,
 } from "@openma/standin-kit";
 import { realScheduler, type Scheduler } from "@openma/time";
 import { Hono } from "hono";
@@ -126,32 +127,29 @@ export async function startModalStandIn(options: ModalStandInOptions = {}): Prom
     }),
   });
   const admin = await serveStandIn({ app, host });
-  let closing: Promise<void> | null = null;
-  return {
-    vendor: "modal",
-    url: admin.url,
-    grpcUrl,
-    env: { MODAL_SERVER_URL: grpcUrl, MODAL_TOKEN_ID: tokenId, MODAL_TOKEN_SECRET: tokenSecret },
-    faults,
-    inject: (fault, times) => faults.add(fault, times),
-    requests,
-    boxes,
-    table,
-    live: () => table.running().length,
-    state: (id) => {
-      const held = table.get(id);
-      return held === undefined || held.result !== null ? "gone" : "running";
-    },
-    close() {
-      closing ??= (async () => {
+  return standInHandle(
+    {
+      vendor: "modal",
+      url: admin.url,
+      env: { MODAL_SERVER_URL: grpcUrl, MODAL_TOKEN_ID: tokenId, MODAL_TOKEN_SECRET: tokenSecret },
+      faults,
+      requests,
+      boxes,
+      live: () => table.running().length,
+      // A sandbox that has finished is gone to the platform even while its record is kept for `SandboxWait`.
+      find: (id) => {
+        const held = table.get(id);
+        return held?.result === null ? held : undefined;
+      },
+      running: () => true,
+      hangs,
+      servers: [admin],
+      stop() {
         table.close();
-        hangs.releaseAll();
         grpc.forceShutdown();
-        await admin.close();
-        await boxes.close();
-        await rm(root, { recursive: true, force: true });
-      })();
-      return closing;
+      },
+      afterBoxes: () => rm(root, { recursive: true, force: true }),
     },
-  };
+    { table, grpcUrl },
+  );
 }

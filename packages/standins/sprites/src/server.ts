@@ -23,6 +23,7 @@ import {
   type StandInEnv,
   type StandInOptions,
   serveStandIn,
+  standInHandle,
   type UpgradeRoute,
 } from "@openma/standin-kit";
 import { realScheduler, type Scheduler } from "@openma/time";
@@ -170,31 +171,25 @@ export async function startSpritesStandIn(options: SpritesStandInOptions = {}): 
       sprites: table.all().map((s) => ({ name: s.name, status: table.status(s) })),
     }),
   });
-  let closing: Promise<void> | null = null;
-  return {
-    vendor: "sprites",
-    url: server.url,
-    env: { SPRITES_API_URL: server.url, SPRITES_TOKEN: token },
-    faults,
-    inject: (f, times) => faults.add(f, times),
-    requests,
-    boxes,
-    table,
-    live: () => table.all().length,
-    state: (id) => {
-      const held = table.get(id);
-      return held === undefined ? "gone" : held.box.state === "running" ? "running" : "suspended";
-    },
-    close() {
-      closing ??= (async () => {
+  return standInHandle(
+    {
+      vendor: "sprites",
+      url: server.url,
+      env: { SPRITES_API_URL: server.url, SPRITES_TOKEN: token },
+      faults,
+      requests,
+      boxes,
+      live: () => table.all().length,
+      find: (id) => table.get(id),
+      running: (held) => held.box.state === "running",
+      hangs,
+      servers: [server],
+      stop() {
         table.close();
-        hangs.releaseAll();
-        await server.close();
-        await boxes.close();
-      })();
-      return closing;
+      },
     },
-  };
+    { table },
+  );
 }
 
 /** `/v1/sprites/{name}/fs/{read,write,list,delete}`: paths resolve against `workingDir`; a sleeping Sprite wakes. */

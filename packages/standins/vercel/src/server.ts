@@ -33,6 +33,7 @@ import {
   type StandInEnv,
   type StandInOptions,
   serveStandIn,
+  standInHandle,
 } from "@openma/standin-kit";
 import { type Context, Hono } from "hono";
 import {
@@ -442,33 +443,25 @@ export async function startVercelStandIn(options: VercelStandInOptions = {}): Pr
       sandboxes: table.all().map((s) => ({ name: s.name, status: s.session.status })),
     }),
   });
-  let closing: Promise<void> | null = null;
-  return {
-    vendor: "vercel",
-    url: server.url,
-    env: {
-      VERCEL_TOKEN: token,
-      VERCEL_TEAM_ID: team,
-      VERCEL_PROJECT_ID: project,
-      OPENMA_VERCEL_API_URL: `${server.url}/api`,
+  return standInHandle(
+    {
+      vendor: "vercel",
+      url: server.url,
+      env: {
+        VERCEL_TOKEN: token,
+        VERCEL_TEAM_ID: team,
+        VERCEL_PROJECT_ID: project,
+        OPENMA_VERCEL_API_URL: `${server.url}/api`,
+      },
+      faults,
+      requests,
+      boxes,
+      live: () => table.all().length,
+      find: (id) => table.get(id),
+      running: (held) => held.session.status === "running",
+      hangs,
+      servers: [server],
     },
-    faults,
-    inject: (f, times) => faults.add(f, times),
-    requests,
-    boxes,
-    table,
-    live: () => table.all().length,
-    state: (id) => {
-      const held = table.get(id);
-      return held === undefined ? "gone" : held.session.status === "running" ? "running" : "suspended";
-    },
-    close() {
-      closing ??= (async () => {
-        hangs.releaseAll();
-        await server.close();
-        await boxes.close();
-      })();
-      return closing;
-    },
-  };
+    { table },
+  );
 }
