@@ -6,25 +6,12 @@
  * `startServeProcess` on the same port, data dir and storage.
  */
 import { mkdtempSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Anthropic from "@anthropic-ai/sdk";
 import type { TestStorage } from "@openma/storage/testing";
 import { type ChildServer, startServeProcess } from "./child-server.ts";
-
-/** A port that was free a moment ago (the OS hands out a fresh ephemeral port). */
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", resolve);
-  });
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (!address || typeof address === "string") throw new Error("no port");
-  return address.port;
-}
+import { freePort } from "./ports.ts";
 
 export interface CrashableServer {
   baseURL: string;
