@@ -43,7 +43,7 @@ import {
   type StandInOptions,
   serveStandIn,
 } from "@openma/standin-kit";
-import { Hono } from "hono";
+import { Hono, type MiddlewareHandler } from "hono";
 import { z } from "zod";
 import { dataPlaneApp, execConnectRoute } from "./data-plane.ts";
 import { apiError, type Ctx, playFault } from "./errors.ts";
@@ -87,18 +87,14 @@ export async function startSuperserveStandIn(options: StandInOptions = {}): Prom
 
   const app = new Hono<StandInEnv>();
   app.use("*", recorder(requests));
-  app.use("/sandboxes/*", async (c, next) => {
+  const guard: MiddlewareHandler<StandInEnv> = async (c, next) => {
     const key = c.req.header("x-api-key");
     noteAuth(c, key === undefined ? null : "x-api-key", key === apiKey);
     if (key !== apiKey) return apiError(c, 401, "unauthorized", "Missing or invalid API key");
     await next();
-  });
-  app.use("/sandboxes", async (c, next) => {
-    const key = c.req.header("x-api-key");
-    noteAuth(c, key === undefined ? null : "x-api-key", key === apiKey);
-    if (key !== apiKey) return apiError(c, 401, "unauthorized", "Missing or invalid API key");
-    await next();
-  });
+  };
+  app.use("/sandboxes", guard);
+  app.use("/sandboxes/*", guard);
 
   const fault = (c: Ctx, op: Parameters<FaultQueue["take"]>[0], record?: SandboxRecord) =>
     playFault(c, faults.take(op), { hangs, table, record });
