@@ -21,7 +21,9 @@
  *
  * Simplifications, said plainly: templates, snapshots, secrets, network
  * rules and logs, preview URLs and the auto-pause timeout are not served;
- * names need not be unique, as on the platform.
+ * names need not be unique; a finished command's process group ends with it
+ * (only a `setsid` child outlives it), and a command whose exec socket
+ * drops is killed.
  */
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
