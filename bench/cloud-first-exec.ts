@@ -2,7 +2,7 @@
  * Session create → first tool result on each cloud driver, against the same
  * vendor stand-in driven directly through the vendor's SDK:
  * `npx tsx bench/cloud-first-exec.ts [runs=10]` (env `BENCH_WARMUP`,
- * default 2; `BENCH_VENDORS=e2b,daytona,sprites,blaxel,vercel,modal`). Needs Docker with the
+ * default 2; `BENCH_VENDORS=e2b,daytona,sprites,blaxel,vercel,modal,superserve`). Needs Docker with the
  * sandbox images (the stand-ins run real containers).
  *
  * Per vendor it starts the stand-in in this process and a real `openma
@@ -19,8 +19,9 @@
  *         and run `true` in it (E2B `Sandbox.create` + `commands.run`,
  *         Daytona `create` + `process.executeCommand`, Sprites
  *         `createSprite` + `execFile`, Vercel `Sandbox.create` routed by its
- *         per-call `fetch` + `runCommand`); the removal that follows is not
- *         counted.
+ *         per-call `fetch` + `runCommand`, Superserve `Sandbox.create` +
+ *         `commands.run` with its data plane routed as the driver routes
+ *         it); the removal that follows is not counted.
  *
  * The ratio host / sdk is what OpenMA adds on top of the provider's own
  * create + exec (the agent loop, the driver's ownership labels, directory
@@ -28,13 +29,16 @@
  * server stopped: the run fails otherwise.
  */
 import { randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { cpus } from "node:os";
 import { initialize, SandboxInstance } from "@blaxel/core";
 import { Daytona } from "@daytonaio/sdk";
 import { SpritesClient } from "@fly/sprites";
+import { routeDataPlane } from "@openma/driver-superserve";
 import { routedFetch } from "@openma/driver-vercel";
 import { startScriptedModel } from "@openma/scripted-model";
 import type { CloudStandIn } from "@openma/standin-kit";
+import { resolveConfig, Sandbox as SuperserveSandbox } from "@superserve/sdk";
 import { Sandbox as VercelSandbox } from "@vercel/sandbox";
 import { Sandbox } from "e2b";
 import { ModalClient } from "modal";
@@ -89,6 +93,18 @@ async function sdkOnce(vendor: Vendor, standIn: CloudStandIn): Promise<{ ms: num
     });
     await (await sandbox.exec(["true"])).wait();
     return { ms: performance.now() - t0, cleanup: () => sandbox.terminate() };
+  }
+  if (vendor === "superserve") {
+    // The SDK derives its data-plane host; it is reached the way the driver reaches it (ADR 0017), set up before t0 counts.
+    const connection = { apiKey: env.SUPERSERVE_API_KEY as string, baseUrl: env.SUPERSERVE_BASE_URL as string };
+    routeDataPlane(resolveConfig(connection).sandboxHost, {
+      url: env.OPENMA_SUPERSERVE_DATA_PLANE_URL as string,
+      caPem: readFileSync(env.OPENMA_SUPERSERVE_DATA_PLANE_CA as string, "utf8"),
+    });
+    const start = performance.now();
+    const sandbox = await SuperserveSandbox.create({ ...connection, name: `bench-${randomBytes(6).toString("hex")}` });
+    await sandbox.commands.run("true");
+    return { ms: performance.now() - start, cleanup: () => sandbox.kill() };
   }
   const client = new SpritesClient(env.SPRITES_TOKEN as string, { baseURL: env.SPRITES_API_URL });
   const sprite = await client.createSprite(`bench-${randomBytes(6).toString("hex")}`);

@@ -170,6 +170,8 @@ function baseRows(vendor: Vendor): Row[] {
   const retriesOn429 = vendor === "e2b";
   // Vercel's SDK retries a 5xx or 429 twice itself: an outage there lasts for all three attempts.
   const attempts = vendor === "vercel" ? 3 : 1;
+  // Superserve's SDK answers a refused exec socket by re-activating the sandbox and dialling once more.
+  const execAttempts = vendor === "superserve" ? 2 : attempts;
   return [
     {
       name: "create answers 503",
@@ -204,7 +206,7 @@ function baseRows(vendor: Vendor): Row[] {
       name: "exec answers 500 mid-turn",
       script: async ({ tools, input, standIn }) => {
         await firstTurn(tools, input);
-        void standIn.inject({ op: "exec", kind: "status", status: 500 }, attempts);
+        void standIn.inject({ op: "exec", kind: "status", status: 500 }, execAttempts);
         const second = await tools.exec("echo turn-2 > /workspace/notes.txt");
         return ok(second) ? { type: "completed" } : { type: "failed", error: `turn 2: ${second.type}` };
       },

@@ -29,6 +29,12 @@
  *   short-lived `x-modal-auth-token` from `AuthTokenGet`; exec on the task's
  *   command router, `modal.task_command_router.TaskCommandRouter/TaskExecStart`,
  *   with the router JWT as `authorization: Bearer`.
+ * - Superserve: control plane (api.superserve.ai, `X-API-Key`): `POST
+ *   /sandboxes`, `DELETE /sandboxes/{id}`; data plane (the derived
+ *   `boxd-{id}.sandbox.superserve.ai`): the exec WebSocket `GET /exec/connect`
+ *   with the subprotocols `superserve.exec.v1` and `token.<access token>`
+ *   (as the published SDK's README and source, `packages/sdk` of
+ *   superserve-ai/superserve, describe it).
  */
 import type { CloudStandIn, RecordedRequest } from "@openma/standin-kit";
 import { afterEach, describe, expect, it } from "vitest";
@@ -88,6 +94,15 @@ const DOCUMENTED: Record<Vendor, Documented & { execAuth?: string }> = {
     exec: { method: "POST", path: /^\/modal\.task_command_router\.TaskCommandRouter\/TaskExecStart$/ },
     kill: { method: "POST", path: /^\/modal\.client\.ModalClient\/SandboxTerminateV2$/ },
     userAgent: /^grpc-node-js\//,
+  },
+  superserve: {
+    auth: "x-api-key",
+    // The exec WebSocket's token travels as its `token.<jwt>` subprotocol, next to `superserve.exec.v1`.
+    execAuth: "sec-websocket-protocol",
+    create: { method: "POST", path: /^\/sandboxes$/ },
+    exec: { method: "GET", path: /^\/exec\/connect$/ },
+    kill: { method: "DELETE", path: /^\/sandboxes\/[0-9a-f-]{36}$/ },
+    userAgent: /^@superserve\/sdk\/0\.8\./,
   },
 };
 

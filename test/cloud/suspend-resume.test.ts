@@ -101,7 +101,7 @@ async function terminate(vendor: Vendor, standIn: CloudStandIn, run: Started): P
   expect(await processesMentioning(run.marker)).toEqual([]);
 }
 
-describe.each(["e2b", "daytona", "blaxel", "vercel"] as const)("suspend and resume on %s", (vendor) => {
+describe.each(["e2b", "daytona", "blaxel", "vercel", "superserve"] as const)("suspend and resume on %s", (vendor) => {
   let standIn: CloudStandIn;
   beforeAll(async () => {
     standIn = await startVendorStandIn(vendor);
@@ -110,7 +110,9 @@ describe.each(["e2b", "daytona", "blaxel", "vercel"] as const)("suspend and resu
     await standIn?.close();
   });
 
-  it(`keeps the files${vendor === "e2b" ? " and the running process" : ", not the processes,"} across a suspend`, async () => {
+  // E2B's and Superserve's pause keep memory.
+  const keepsProcesses = vendor === "e2b" || vendor === "superserve";
+  it(`keeps the files${keepsProcesses ? " and the running process" : ", not the processes,"} across a suspend`, async () => {
     const run = await startWithProcess(vendor, standIn);
     const driver = vendorDriver(vendor, standIn);
     const suspended = await driver.suspend({ scope: run.scope, fence: run.fence, lease: run.lease, signal: never() });
@@ -121,7 +123,7 @@ describe.each(["e2b", "daytona", "blaxel", "vercel"] as const)("suspend and resu
     expect((await driver.heartbeat({ scope: run.scope, fence: run.fence, lease: run.lease, signal: never() })).type).toBe("lost");
 
     expect(await resumeAndRead(vendor, standIn, run)).toBe("kept\n");
-    if (vendor === "e2b") expect(await processesMentioning(run.marker)).not.toEqual([]);
+    if (keepsProcesses) expect(await processesMentioning(run.marker)).not.toEqual([]);
     else expect(await processesMentioning(run.marker)).toEqual([]);
     await terminate(vendor, standIn, run);
     expect(standIn.live()).toBe(0);

@@ -15,6 +15,7 @@ import { E2B_SANDBOX_CAPABILITIES } from "@openma/driver-e2b";
 import { MODAL_SANDBOX_CAPABILITIES } from "@openma/driver-modal";
 import { NODE_DOCKER_SANDBOX_CAPABILITIES } from "@openma/driver-node-docker";
 import { SPRITES_SANDBOX_CAPABILITIES } from "@openma/driver-sprites";
+import { SUPERSERVE_SANDBOX_CAPABILITIES } from "@openma/driver-superserve";
 import { VERCEL_SANDBOX_CAPABILITIES } from "@openma/driver-vercel";
 import { RemoteCheckpointWorkspace, RemoteSessionOutputs } from "@openma/remote-bindings";
 import { FsBlobStore } from "@openma/storage/blobs";
@@ -70,6 +71,7 @@ describe("the table against the drivers it describes", () => {
     ["sprites", SPRITES_SANDBOX_CAPABILITIES],
     ["blaxel", BLAXEL_SANDBOX_CAPABILITIES],
     ["modal", MODAL_SANDBOX_CAPABILITIES],
+    ["superserve", SUPERSERVE_SANDBOX_CAPABILITIES],
     // No streaming stdin: the `ama_worker` lane only.
     ["vercel", VERCEL_SANDBOX_CAPABILITIES, ["ama_worker"]],
   ] as const)(

@@ -10,6 +10,7 @@ import { createE2BDriver, e2bConfigFromEnv } from "@openma/driver-e2b";
 import type { RemoteDriverOptions, RemoteSandboxDriver } from "@openma/driver-kit/remote";
 import { createModalDriver, modalConfigFromEnv } from "@openma/driver-modal";
 import { createSpritesDriver, spritesConfigFromEnv } from "@openma/driver-sprites";
+import { createSuperserveDriver, superserveConfigFromEnv } from "@openma/driver-superserve";
 import { createVercelDriver, vercelConfigFromEnv } from "@openma/driver-vercel";
 import { startBlaxelStandIn } from "@openma/standin-blaxel";
 import { startDaytonaStandIn } from "@openma/standin-daytona";
@@ -17,9 +18,10 @@ import { startE2BStandIn } from "@openma/standin-e2b";
 import type { CloudStandIn } from "@openma/standin-kit";
 import { startModalStandIn } from "@openma/standin-modal";
 import { startSpritesStandIn } from "@openma/standin-sprites";
+import { startSuperserveStandIn } from "@openma/standin-superserve";
 import { startVercelStandIn } from "@openma/standin-vercel";
 
-export const VENDORS = ["e2b", "daytona", "sprites", "blaxel", "vercel", "modal"] as const;
+export const VENDORS = ["e2b", "daytona", "sprites", "blaxel", "vercel", "modal", "superserve"] as const;
 export type Vendor = (typeof VENDORS)[number];
 
 export function startVendorStandIn(vendor: Vendor): Promise<CloudStandIn> {
@@ -36,6 +38,8 @@ export function startVendorStandIn(vendor: Vendor): Promise<CloudStandIn> {
       return startVercelStandIn();
     case "modal":
       return startModalStandIn();
+    case "superserve":
+      return startSuperserveStandIn();
   }
 }
 
@@ -61,5 +65,7 @@ export function vendorDriver(vendor: Vendor, standIn: CloudStandIn, options: Rem
       return createVercelDriver(configured(vercelConfigFromEnv(env)), options);
     case "modal":
       return createModalDriver(configured(modalConfigFromEnv(env)), options);
+    case "superserve":
+      return createSuperserveDriver(configured(superserveConfigFromEnv(env)), options);
   }
 }

@@ -97,7 +97,7 @@ commands:
                 server's OPENMA_DATA_DIR / DATABASE_URL)
   doctor        report what this machine has (node, SQLite, Postgres, bwrap, Docker, images, cgroups,
                 configured cloud sandbox drivers) [--json]
-  standin       run a cloud vendor's stand-in (e2b, daytona, sprites, blaxel, vercel, modal) on its own, over local sandboxes
+  standin       run a cloud vendor's stand-in (e2b, daytona, sprites, blaxel, vercel, modal, superserve) on its own, over local sandboxes
 
 ${CLIENT_USAGE}`;
 

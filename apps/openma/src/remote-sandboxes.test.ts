@@ -169,3 +169,25 @@ describe("against the Modal stand-in", () => {
     expect(missing).toMatchObject([{ id: "sandbox:modal", status: "missing", detail: "Modal: MODAL_TOKEN_SECRET not set" }]);
   });
 });
+
+describe("against the Superserve stand-in", () => {
+  let standIn: CloudStandIn;
+  beforeAll(async () => {
+    standIn = (await startStandIn("superserve", { PORT: "0" })) as CloudStandIn;
+  });
+  afterAll(async () => {
+    await standIn?.close();
+  });
+
+  it("doctor reaches it through @superserve/sdk, and says so when the key is wrong", async () => {
+    const text = describeStandIn(standIn);
+    expect(text).toContain(`export SUPERSERVE_BASE_URL=${standIn.url}`);
+    expect(text).toContain(`export OPENMA_SUPERSERVE_DATA_PLANE_URL=${standIn.env.OPENMA_SUPERSERVE_DATA_PLANE_URL}`);
+    const reached = await checkRemoteSandboxes({ OPENMA_SANDBOX: "superserve", ...standIn.env }, 5_000);
+    expect(reached).toMatchObject([{ id: "sandbox:superserve", status: "ok", facts: { owned: 0 } }]);
+    const wrong = await checkRemoteSandboxes({ ...standIn.env, SUPERSERVE_API_KEY: "ss-wrong" }, 5_000);
+    expect(wrong).toMatchObject([{ id: "sandbox:superserve", status: "warn" }]);
+    const missing = await checkRemoteSandboxes({ OPENMA_SANDBOX: "superserve" }, 5_000);
+    expect(missing).toMatchObject([{ id: "sandbox:superserve", status: "missing", detail: "Superserve: SUPERSERVE_API_KEY not set" }]);
+  });
+});

@@ -14,7 +14,7 @@ import type { RemoteRuntimeHostDriver, RemoteSandboxDriver } from "@openma/runti
 import type { DoctorCheck } from "./doctor.ts";
 import { type SandboxBackend, type ServeSandboxes, type ServeSandboxOptions, sessionSandboxes } from "./sandbox.ts";
 
-export const REMOTE_SANDBOX_DRIVERS = ["e2b", "daytona", "sprites", "blaxel", "vercel", "modal"] as const;
+export const REMOTE_SANDBOX_DRIVERS = ["e2b", "daytona", "sprites", "blaxel", "vercel", "modal", "superserve"] as const;
 export type RemoteSandboxName = (typeof REMOTE_SANDBOX_DRIVERS)[number];
 
 export function isRemoteSandbox(name: string | undefined): name is RemoteSandboxName {
@@ -105,6 +105,15 @@ export const REMOTE_DRIVERS: Record<RemoteSandboxName, RemoteDriverRow> = {
     async open(env, options) {
       const { createModalDriver, modalConfigFromEnv } = await import("@openma/driver-modal");
       return createModalDriver(configured(modalConfigFromEnv(env)), options);
+    },
+  },
+  superserve: {
+    title: "Superserve",
+    required: [["SUPERSERVE_API_KEY"]],
+    optional: ["SUPERSERVE_BASE_URL", "OPENMA_SUPERSERVE_DATA_PLANE_URL", "OPENMA_SUPERSERVE_DATA_PLANE_CA", "OPENMA_SUPERSERVE_TEMPLATE"],
+    async open(env, options) {
+      const { createSuperserveDriver, superserveConfigFromEnv } = await import("@openma/driver-superserve");
+      return createSuperserveDriver(configured(superserveConfigFromEnv(env)), options);
     },
   },
 };

@@ -504,15 +504,20 @@ export const DRIVER_CONFORMANCE: readonly DriverConformance[] = [
       "Configuration: `BL_API_KEY`, `BL_WORKSPACE`, `BL_API_URL`, `BL_RUN_URL`, `BL_REGION`, `BL_DISABLE_H2`; the image (`OPENMA_BLAXEL_IMAGE`, default the SDK's `blaxel/base-image:latest`) needs sh, tar and base64, and Node 24 for `ama_worker`.",
     ],
   },
-  unbuilt(
-    "superserve",
-    "serverless",
-    "Superserve: retained pause/resume preserving processes and files, token-rotating reconnect.",
-    planned("superserve", {
+  {
+    driver: "superserve",
+    class: "serverless",
+    implemented: true,
+    package: "packages/drivers/superserve",
+    summary:
+      "Superserve sandboxes through the official `@superserve/sdk`: ownership in sandbox metadata, pause/resume that keeps processes and files, token-rotating reconnect, duplex processes over the exec WebSocket.",
+    capabilities: {
+      provider: "superserve",
       lanes: BOTH_LANES,
-      suspend: true,
-      workspace: [{ strategy: "checkpoint_restore", durability: "durable" }],
-      outputs: [],
+      sandbox: { suspendResume: "supported", ...HOST_MANAGED },
+      workspace: REMOTE_WORKSPACE,
+      outputs: REMOTE_OUTPUTS,
+      runtimeCheckpoints: [],
       credentialEgress: UNSUPPORTED_EGRESS,
       sandboxPortFacts: {
         has: [
@@ -520,13 +525,24 @@ export const DRIVER_CONFORMANCE: readonly DriverConformance[] = [
           "pause_resume_preserves_processes_and_files",
           "transparent_token_rotation_and_auto_resume",
           "duplex_process",
-          "deny_by_default_network_policy",
-          "provider_side_secret_proxy_and_audit",
+          "workspace_file_io",
         ],
-        lacks: ["portable_workspace_checkpoint", "stable_process_memory_checkpoint"],
+        lacks: ["portable_workspace_checkpoint", "stable_process_memory_checkpoint", "native_network_policy"],
       },
-    }),
-  ),
+    },
+    planned: null,
+    toolSandbox: true,
+    testOnly: false,
+    notes: [
+      REMOTE_SDK_NOTE,
+      "The SDK takes the control plane's URL (`SUPERSERVE_BASE_URL`) but derives the data plane's host from it and calls it with the global `fetch` and `WebSocket`. Only when `OPENMA_SUPERSERVE_DATA_PLANE_URL` is set does the driver wrap undici's global dispatcher so that the derived names (the host and its `boxd-<id>.` subdomains) connect to that address, with TLS for the original name checked against `OPENMA_SUPERSERVE_DATA_PLANE_CA` (or the trust store, `NODE_EXTRA_CA_CERTS` included); every other request is untouched (ADR 0017). Without it, production traffic is exactly the SDK's.",
+      "Suspend is Superserve's pause, which keeps memory: files and running processes are there after a resume (a provider memory snapshot, never advertised as an OpenMA process checkpoint). Resume and activate issue a new data-plane access token and retire the old one; the driver keeps one SDK sandbox object per runtime, and the SDK answers a refused (stale) token or a paused sandbox by activating once and retrying, so a process whose sandbox another process resumed carries on. State is read from the metadata-filtered listing: the SDK cannot read one sandbox without activating it.",
+      "Less than the upstream row: `retained_runtime` is not offered (the durable workspace is `checkpoint_restore`), and the platform's deny-by-default network rules and its secret proxy are not configured by this driver; they are provider features, not OpenMA credential egress. Command output arrives decoded as text (bytes that are not UTF-8 are replaced); file contents go through the binary-safe files API.",
+      REMOTE_WORKSPACE_NOTE,
+      REMOTE_LANES_NOTE,
+      "Configuration: `SUPERSERVE_API_KEY`, `SUPERSERVE_BASE_URL`; `OPENMA_SUPERSERVE_DATA_PLANE_URL` and `OPENMA_SUPERSERVE_DATA_PLANE_CA` for a Superserve-compatible service (the stand-in prints them); `OPENMA_SUPERSERVE_TEMPLATE` (the template needs sh, tar and base64, and Node 24 for `ama_worker`; the platform's default otherwise).",
+    ],
+  },
   unbuilt(
     "cloudflare",
     "edge",

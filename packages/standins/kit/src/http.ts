@@ -7,6 +7,7 @@
  * asked how many sandboxes it holds and told to misbehave.
  */
 import type { IncomingMessage } from "node:http";
+import { createServer as createHttpsServer, type ServerOptions as HttpsServerOptions } from "node:https";
 import type { AddressInfo } from "node:net";
 import type { Duplex } from "node:stream";
 import { serve } from "@hono/node-server";
@@ -97,9 +98,16 @@ export async function serveStandIn(options: {
   host?: string;
   /** Records upgrade requests too (they never reach the Hono app). */
   onUpgradeRecord?: (request: IncomingMessage, verdict: { accepted: boolean }) => void;
+  /** Serves HTTPS with these options (certificates) instead of plain HTTP: a vendor data plane the SDK only reaches over TLS. */
+  tls?: HttpsServerOptions;
 }): Promise<StartedServer> {
   const host = options.host ?? "127.0.0.1";
-  const server = serve({ fetch: options.app.fetch, port: options.port ?? 0, hostname: host });
+  const server = serve({
+    fetch: options.app.fetch,
+    port: options.port ?? 0,
+    hostname: host,
+    ...(options.tls ? { createServer: createHttpsServer, serverOptions: options.tls } : {}),
+  });
   const wss = new WebSocketServer({ noServer: true });
   const sockets = new Set<Duplex>();
   server.on("connection", (socket: Duplex) => {
@@ -136,7 +144,7 @@ export async function serveStandIn(options: {
   const { port } = server.address() as AddressInfo;
   let closing: Promise<void> | null = null;
   return {
-    url: `http://${host}:${port}`,
+    url: `${options.tls ? "https" : "http"}://${host}:${port}`,
     port,
     close() {
       closing ??= new Promise<void>((resolve) => {
