@@ -44,6 +44,7 @@ import {
   type StandInEnv,
   type StandInOptions,
   serveStandIn,
+  standInHandle,
 } from "@openma/standin-kit";
 import { Hono, type MiddlewareHandler } from "hono";
 import { z } from "zod";
@@ -238,38 +239,26 @@ export async function startSuperserveStandIn(options: StandInOptions = {}): Prom
   const caFile = join(dir, "ca.pem");
   await writeFile(caFile, ca.certPem, { mode: 0o644 });
 
-  let closing: Promise<void> | null = null;
-  return {
-    vendor: "superserve",
-    url: control.url,
-    dataPlaneUrl: data.url,
-    caPem: ca.certPem,
-    env: {
-      SUPERSERVE_API_KEY: apiKey,
-      SUPERSERVE_BASE_URL: control.url,
-      OPENMA_SUPERSERVE_DATA_PLANE_URL: data.url,
-      OPENMA_SUPERSERVE_DATA_PLANE_CA: caFile,
+  return standInHandle(
+    {
+      vendor: "superserve",
+      url: control.url,
+      env: {
+        SUPERSERVE_API_KEY: apiKey,
+        SUPERSERVE_BASE_URL: control.url,
+        OPENMA_SUPERSERVE_DATA_PLANE_URL: data.url,
+        OPENMA_SUPERSERVE_DATA_PLANE_CA: caFile,
+      },
+      faults,
+      requests,
+      boxes,
+      live: () => table.size,
+      find: (id) => table.get(id),
+      running: (record) => record.status !== "paused",
+      hangs,
+      servers: [control, data],
+      afterBoxes: () => rm(dir, { recursive: true, force: true }),
     },
-    faults,
-    inject: (f, times) => faults.add(f, times),
-    requests,
-    boxes,
-    table,
-    live: () => table.size,
-    state(runtimeId) {
-      const record = table.get(runtimeId);
-      if (!record) return "gone";
-      return record.status === "paused" ? "suspended" : "running";
-    },
-    close() {
-      closing ??= (async () => {
-        hangs.releaseAll();
-        await control.close();
-        await data.close();
-        await boxes.close();
-        await rm(dir, { recursive: true, force: true });
-      })();
-      return closing;
-    },
-  };
+    { table, dataPlaneUrl: data.url, caPem: ca.certPem },
+  );
 }
