@@ -215,5 +215,7 @@ export async function egressFetch(request: Request, egress: StoredEgress | null,
     headers.delete("content-length");
   }
   options.onAudit?.({ type: "egress.allowed", method, host, ...(used.size > 0 ? { credentials: [...used].sort() } : {}) });
-  return options.upstream(new Request(url, { method, headers, body, redirect: "manual" }));
+  // A streamed body needs `duplex: "half"` under the Fetch standard (Node enforces it; workerd accepts it).
+  const init = { method, headers, body, redirect: "manual", ...(body instanceof ReadableStream ? { duplex: "half" } : {}) };
+  return options.upstream(new Request(url, init as RequestInit));
 }
