@@ -153,6 +153,13 @@ describe("cloudflare Worker: credential egress enforced in the outbound handler"
 
   it("substitutes the credential only for its host, refuses every other host, and the sandbox never sees the secret", async () => {
     const { id } = (await (await api("/v1/sandbox", { method: "POST" })).json()) as { id: string };
+    // Before the control plane configures it, the container (already started by the bridge's pool) reaches nothing.
+    const bare = await api(`/v1/sandbox/${id}/session`, { method: "POST", headers: { "content-type": "application/json" }, body: "{}" });
+    const early = await exec(id, ((await bare.json()) as { id: string }).id, ["node", "-e", PROBE, limitedProbe(upstreams)]);
+    const before = JSON.parse(early.stdout) as Record<string, string | null>;
+    for (const key of ["credentialHost", "otherAllowedHost", "deniedHttps", "denied"])
+      expect(before[key]).toMatch(/^403:egress refused: this sandbox has no egress configuration/);
+
     const configured = await api(`/openma/v1/sandbox/${id}/egress`, {
       method: "PUT",
       headers: { "content-type": "application/json" },
