@@ -210,6 +210,12 @@ describe("cloudflare Worker: credential egress enforced in the outbound handler"
     expect(JSON.stringify(standin.environments())).not.toContain(secret);
     expect(standin.requests.some((r) => r.path.endsWith("/port/3000/api/execute/stream"))).toBe(true);
 
+    // The bridge's file routes reach the same container (through the SDK's /api/write and /api/read/stream).
+    const put = await api(`/v1/sandbox/${id}/file/workspace/note.bin`, { method: "PUT", body: new Uint8Array([0, 1, 2, 255]) });
+    expect(put.status).toBe(200);
+    const got = await api(`/v1/sandbox/${id}/file/workspace/note.bin`);
+    expect([...new Uint8Array(await got.arrayBuffer())]).toEqual([0, 1, 2, 255]);
+
     const gone = await api(`/v1/sandbox/${id}`, { method: "DELETE" });
     expect(gone.status).toBeLessThan(300);
     expect(await standin.boxes.containers()).toEqual([]);

@@ -32,6 +32,7 @@ import { PlatformInterceptPort } from "./intercept.ts";
 
 const StartBody = z.object({ env: z.record(z.string(), z.string()).default({}), enableInternet: z.boolean().default(false) });
 const SessionBody = z.object({ id: z.string().min(1), env: z.record(z.string(), z.string()).optional(), cwd: z.string().optional() });
+const WriteBody = z.object({ path: z.string(), content: z.string(), encoding: z.string().optional() });
 const ExecBody = z.object({
   command: z.string(),
   sessionId: z.string().optional(),
@@ -140,6 +141,34 @@ export class CloudflareContainerStandIn {
         if (r.stdout) await send({ type: "stdout", data: r.stdout });
         if (r.stderr) await send({ type: "stderr", data: r.stderr });
         await send({ type: "complete", exitCode: r.exitCode, timestamp: new Date().toISOString() });
+      });
+    });
+    api.post("/api/write", async (c) => {
+      const body = WriteBody.parse(await c.req.json());
+      const content = Buffer.from(body.content, body.encoding === "base64" ? "base64" : "utf8");
+      const written = await this.#get(c.req.param("id")).box.tools.writeFile({
+        path: body.path,
+        content,
+        signal: AbortSignal.timeout(60_000),
+      });
+      if (written.type === "error") return c.json({ success: false, error: written.message, code: "FILESYSTEM_ERROR" }, 500);
+      return c.json({ success: true, path: body.path, exitCode: 0, timestamp: new Date().toISOString() });
+    });
+    api.post("/api/read/stream", async (c) => {
+      const body = z.object({ path: z.string() }).parse(await c.req.json());
+      const read = await this.#get(c.req.param("id")).box.tools.readFile({
+        path: body.path,
+        maxBytes: 32 * 1024 * 1024,
+        signal: AbortSignal.timeout(60_000),
+      });
+      if (read.type === "not_found") return c.json({ success: false, error: `File not found: ${body.path}`, code: "FILE_NOT_FOUND" }, 404);
+      if (read.type !== "ok")
+        return c.json({ success: false, error: `cannot read ${body.path}: ${read.type}`, code: "FILESYSTEM_ERROR" }, 500);
+      return streamSSE(c, async (stream) => {
+        const send = (event: Record<string, unknown>) => stream.writeSSE({ data: JSON.stringify(event) });
+        await send({ type: "metadata", mimeType: "application/octet-stream", size: read.size, isBinary: true, encoding: "base64" });
+        await send({ type: "chunk", data: Buffer.from(read.content).toString("base64") });
+        await send({ type: "complete", bytesRead: read.size });
       });
     });
     api.all("*", (c) => c.json({ success: false, error: `the stand-in does not serve ${c.req.method} ${c.req.path}` }, 501));
