@@ -12,7 +12,7 @@
  * stand-in believes.
  */
 import { randomBytes } from "node:crypto";
-import type { FenceIdentity, ManagedSandboxLease } from "@openma/contract";
+import type { CredentialEgressPort, FenceIdentity, ManagedSandboxLease } from "@openma/contract";
 import { connectDocker, type DockerToolSandbox, NodeDockerSandbox, readImageManifest, statusOf } from "@openma/driver-node-docker";
 import type Docker from "dockerode";
 
@@ -32,6 +32,8 @@ export interface LocalBoxesOptions {
    * on loopback.
    */
   networkMode?: string;
+  /** The boxes' only way out (node-docker's egress port; needs `networkMode: "none"`). */
+  credentialEgress?: CredentialEgressPort;
   docker?: Docker;
 }
 
@@ -71,6 +73,7 @@ export class LocalBoxes {
         image,
         docker: this.#docker,
         networkMode: this.#options.networkMode ?? "host",
+        ...(this.#options.credentialEgress ? { credentialEgress: this.#options.credentialEgress } : {}),
         // The vendors' boxes give their users root and a writable filesystem; a stand-in behaves the same.
         user: "0:0",
         readOnlyRootfs: false,
