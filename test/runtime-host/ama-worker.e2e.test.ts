@@ -9,7 +9,9 @@
  * generation and a fresh sandbox that sees the first turn's files (by bash
  * and by the worker's `glob`, which needs the sandbox's Node 24). At the
  * end the output manifest lists the deliverable with its sha256 and no
- * sandbox of the session is left.
+ * sandbox of the session is left. Each run is one OpenTelemetry trace whose
+ * spans are the host's named steps (an in-memory exporter stands for the
+ * collector).
  */
 import { createHash } from "node:crypto";
 import { hostname } from "node:os";
@@ -19,6 +21,9 @@ import { sqlRuntimePorts } from "@openma/host";
 import { type RunningRuntimeHost, type RuntimeHostDriver, startRuntimeHost } from "@openma/runtime-host";
 import { type ScriptedModel, startScriptedModel, type TurnInput } from "@openma/scripted-model";
 import { systemClock } from "@openma/storage";
+import { context, trace } from "@opentelemetry/api";
+import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
+import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../support/server.ts";
 import { allEvents, createSelfHostedEnvironment, endTurnIdle, resultText, sendAndWait } from "../support/worker-e2e.ts";
@@ -77,6 +82,23 @@ const SCRIPT: TurnInput[] = [
     response: { content: [{ type: "text", text: "read" }], usage: USAGE },
   },
 ];
+
+// The runtime host runs in this process: its spans go to the globally registered provider, as under `openma runtime-host`.
+const spans = new InMemorySpanExporter();
+context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+trace.setGlobalTracerProvider(new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(spans)] }));
+
+/** The step spans under each `openma.host.run` span of a session, run by run. */
+function hostRuns(sessionId: string): string[][] {
+  const finished = spans.getFinishedSpans();
+  return finished
+    .filter((s) => s.name === "openma.host.run" && s.attributes["openma.session_id"] === sessionId)
+    .map((run) =>
+      finished
+        .filter((s) => s.parentSpanContext?.spanId === run.spanContext().spanId && s.spanContext().traceId === run.spanContext().traceId)
+        .map((s) => s.name),
+    );
+}
 
 describe.each<RuntimeHostDriver>(["bubblewrap", "docker"])("the official worker inside a %s sandbox (ama_worker)", (driver) => {
   let model: ScriptedModel;
@@ -138,6 +160,19 @@ describe.each<RuntimeHostDriver>(["bubblewrap", "docker"])("the official worker 
 
     const { fences } = sqlRuntimePorts(t.store.storage.db, systemClock);
     expect((await fences.active({ scope, signal: AbortSignal.timeout(5000) }))?.generation).toBe(2);
+
+    // Two runs, two traces, each with the host's steps as child spans.
+    const runs = hostRuns(session.id);
+    expect(runs).toHaveLength(2);
+    for (const steps of runs)
+      expect(steps).toEqual(
+        expect.arrayContaining([
+          "openma.host.materialize_workspace",
+          "openma.host.run_harness",
+          "openma.host.checkpoint_workspace",
+          "openma.host.publish",
+        ]),
+      );
 
     if (driver === "docker") expect(await dockerLeftovers(session.id)).toEqual([]);
     else expect(await bwrapLeftovers(acquiredRuntimes(results.all))).toEqual([]);

@@ -29,6 +29,9 @@ async function runtimeHostCommand(): Promise<void> {
     throw new Error("openma runtime-host needs OPENMA_RUNTIME_HOST_ENVIRONMENT_ID and ANTHROPIC_ENVIRONMENT_KEY (and OPENMA_API_URL)");
   }
   const logger = createLogger(config.logLevel);
+  // The host's step spans (openma.host.run and its steps) go out when an OTLP endpoint is configured.
+  const endpoint = config.ops.tracesEndpoint;
+  const tracing = endpoint ? (await import("./tracing.ts")).startTracing(endpoint) : null;
   const storage = await openStorage({
     dataDir: config.dataDir,
     databaseUrl: config.databaseUrl,
@@ -52,6 +55,7 @@ async function runtimeHostCommand(): Promise<void> {
   stopOnSignals(async () => {
     await host.close();
     await storage.close();
+    await tracing?.shutdown();
   });
 }
 

@@ -13,7 +13,7 @@
  */
 
 import type { Tracer } from "@opentelemetry/api";
-import { context } from "@opentelemetry/api";
+import { context, trace } from "@opentelemetry/api";
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
 import { resourceFromAttributes } from "@opentelemetry/resources";
@@ -37,5 +37,7 @@ export function startTracing(endpoint: string): Tracing {
     resource: resourceFromAttributes({ "service.name": "openma", "service.version": VERSION }),
     spanProcessors: [new BatchSpanProcessor(new OTLPTraceExporter({ url: endpoint }))],
   });
+  // Global too: packages that only know the OpenTelemetry API (the Runtime Host's step spans) find it there.
+  trace.setGlobalTracerProvider(provider);
   return { tracer: provider.getTracer("openma", VERSION), shutdown: () => provider.shutdown() };
 }

@@ -30,6 +30,7 @@ import {
   redactSecrets,
 } from "@openma/contract";
 import type { HeldLease } from "@openma/leases";
+import { inHostSpan, settle } from "./spans.ts";
 import type { CleanupSummary, HostTimings, ManagedRuntimeHostDeps, StepName, StepStatus, TraceEntry } from "./types.ts";
 
 /** How the transaction ended, before cleanup turns it into a `RuntimeRunResult`. */
@@ -209,7 +210,15 @@ export class RunContext {
    * the harness that grace itself and must stop its monitor and close its
    * turn commits before it returns.
    */
-  async guard<T>(stage: StepName, fn: () => Promise<Step<T>>, opts: { boundsItsOwnWaits?: boolean } = {}): Promise<Step<T>> {
+  guard<T>(stage: StepName, fn: () => Promise<Step<T>>, opts: { boundsItsOwnWaits?: boolean } = {}): Promise<Step<T>> {
+    return inHostSpan(`openma.host.${stage}`, {}, async (span) => {
+      const step = await this.#guarded(stage, fn, opts);
+      settle(span, step.ok ? "ok" : step.end.type);
+      return step;
+    });
+  }
+
+  async #guarded<T>(stage: StepName, fn: () => Promise<Step<T>>, opts: { boundsItsOwnWaits?: boolean }): Promise<Step<T>> {
     const before = this.interruption(stage);
     if (before) {
       this.trace.add(stage, before.type);
@@ -230,14 +239,18 @@ export class RunContext {
   }
 
   /** Cleanup helper: runs `fn`, traces a failure, never throws. */
-  async bestEffort(step: StepName, fn: () => Promise<string | undefined>): Promise<boolean> {
-    try {
-      const detail = await fn();
-      this.trace.add(step, "ok", detail);
-      return true;
-    } catch (err) {
-      this.trace.add(step, "failed", describeError(err));
-      return false;
-    }
+  bestEffort(step: StepName, fn: () => Promise<string | undefined>): Promise<boolean> {
+    return inHostSpan(`openma.host.${step}`, {}, async (span) => {
+      try {
+        const detail = await fn();
+        this.trace.add(step, "ok", detail);
+        settle(span, "ok");
+        return true;
+      } catch (err) {
+        this.trace.add(step, "failed", describeError(err));
+        settle(span, "failed");
+        return false;
+      }
+    });
   }
 }

@@ -16,6 +16,7 @@
 import { composeCapabilities, type ManagedRuntimeCapabilities } from "@openma/contract";
 import { fail, ok, RunContext, type RunEnd, type Step, Trace } from "./context.ts";
 import { holdFence } from "./fence-lease.ts";
+import { inHostSpan, settle } from "./spans.ts";
 import { commitCandidates, TurnCommits } from "./steps/commit.ts";
 import { acquireCompute, attach, type Placement } from "./steps/compute.ts";
 import { acquireFence, planRun, releaseFence } from "./steps/fence.ts";
@@ -41,7 +42,16 @@ export class ManagedRuntimeHost {
   }
 
   /** Runs one generation for a scope. Never throws: every outcome is a `RuntimeRunResult`. */
-  async run(input: RunInput): Promise<RuntimeRunResult> {
+  run(input: RunInput): Promise<RuntimeRunResult> {
+    const attributes = { "openma.session_id": input.scope.sessionId, "openma.environment_id": input.scope.environmentId };
+    return inHostSpan("openma.host.run", attributes, async (span) => {
+      const result = await this.#run(input);
+      settle(span, result.type === "completed" ? "ok" : result.type);
+      return result;
+    });
+  }
+
+  async #run(input: RunInput): Promise<RuntimeRunResult> {
     const deps = this.#deps;
     const trace = new Trace();
     const planned = planRun(input.profile, this.capabilities, trace);
