@@ -24,6 +24,7 @@ import { chmod, mkdir, stat } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { Logger } from "@openma/api";
 import {
+  type CredentialEgressPort,
   type FenceIdentity,
   type ManagedRuntimePlan,
   type ManagedSandboxLease,
@@ -153,13 +154,18 @@ const AS_IS: { sandbox?: ManagedSandboxPort } = {};
 type Refusal = { reason: string; sessionError?: Record<string, unknown> };
 
 /** `labels`: ownership labels every sandbox carries and the driver lists by (the serve lane's deployment). */
+/**
+ * `egress`: the gateway every sandbox gets as its only way out (egress.ts); absent or null: no network at all.
+ */
 export async function openBackend(
   selection: Exclude<SandboxSelection, { type: "none" }>,
   labels: Readonly<Record<string, string>> = {},
+  egress: CredentialEgressPort | null = null,
 ): Promise<SandboxBackend> {
+  const credentialEgress = egress ?? undefined;
   if (selection.type === "bubblewrap") {
     const { BubblewrapSandbox } = await import("@openma/driver-bubblewrap");
-    const sandbox = new BubblewrapSandbox({ ...serveNodeRuntime(), labels });
+    const sandbox = new BubblewrapSandbox({ ...serveNodeRuntime(), labels, credentialEgress });
     // Records of sandboxes whose processes died with an earlier server (a crash, kill -9):
     // only dead runtimes are removed, so another live server on this host is untouched.
     await sandbox.reapLeftovers().catch(() => 0);
@@ -179,7 +185,7 @@ export async function openBackend(
     };
   }
   const { NodeDockerSandbox, ensurePackageLayer } = await import("@openma/driver-node-docker");
-  const sandbox = new NodeDockerSandbox({ image: selection.image, namePrefix: "openma-serve", labels });
+  const sandbox = new NodeDockerSandbox({ image: selection.image, namePrefix: "openma-serve", labels, credentialEgress });
   return {
     name: "docker",
     sandbox,
@@ -254,6 +260,8 @@ export interface ServeSandboxOptions {
   ownership?: ServeOwnership | undefined;
   /** Wraps the chosen backend (metrics.ts times its calls); absent: used as is. */
   instrument?: ((backend: SandboxBackend) => SandboxBackend) | undefined;
+  /** The egress gateway composed into every sandbox (egress.ts); absent or null: sandboxes have no network. */
+  egress?: CredentialEgressPort | null | undefined;
 }
 
 /**
@@ -277,8 +285,17 @@ export async function openServeSandboxes(options: ServeSandboxOptions): Promise<
     if (selection.warn) options.logger.warn({ sandbox: options.choice }, selection.reason);
     return failClosed(selection.reason);
   }
-  const backend = await openBackend(selection, options.ownership?.labels);
-  options.logger.info({ sandbox: backend.name }, "sandbox tools run in per-session sandboxes");
+  let egress = options.egress ?? null;
+  if (egress !== null && selection.type === "docker" && process.getuid?.() !== 0) {
+    // The gateway's socket is bound inside the container's namespace (nsenter), which needs root.
+    options.logger.warn({ sandbox: "docker" }, "the egress gateway needs a root server on the Docker host: sandboxes have no network");
+    egress = null;
+  }
+  const backend = await openBackend(selection, options.ownership?.labels, egress);
+  options.logger.info(
+    { sandbox: backend.name, egress: egress === null ? "none" : "gateway" },
+    "sandbox tools run in per-session sandboxes",
+  );
   return sessionSandboxes(backend, options);
 }
 
