@@ -259,3 +259,8 @@ export function expectNoLeak(scan: string, placeholder: string, secret: string):
   expect(scan).not.toContain(secret);
   expect(scan).not.toContain("PRIVATE KEY");
 }
+
+/** A port as `openma serve` composes it into its drivers, for tests that compare declared capabilities (never opened). */
+export function composedPort(): GatewayEgressPort {
+  return new GatewayEgressPort({ configFor: async () => ({ networking: { type: "unrestricted" }, credentials: [] }) });
+}
