@@ -18,10 +18,10 @@ import { randomBytes } from "node:crypto";
 import { readFile, rm, writeFile } from "node:fs/promises";
 import https from "node:https";
 import type { AddressInfo } from "node:net";
-import { networkInterfaces, tmpdir } from "node:os";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { SandboxCa } from "@openma/egress";
-import { LEAK_SCAN } from "@openma/egress/testing";
+import { hostIpv4, LEAK_SCAN } from "@openma/egress/testing";
 import { type ScriptedModel, startScriptedModel } from "@openma/scripted-model";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { hostProbes } from "../../apps/openma/src/sandbox.ts";
@@ -31,14 +31,6 @@ import { until } from "../support/until.ts";
 
 const MODEL_KEY = "sk-scripted-egress";
 const SECRET = `real-secret-${randomBytes(16).toString("hex")}`;
-
-function hostIpv4(): string {
-  const nic = Object.values(networkInterfaces())
-    .flat()
-    .find((n) => n && n.family === "IPv4" && !n.internal);
-  if (!nic) throw new Error("this test needs a non-loopback IPv4 address on this host");
-  return nic.address;
-}
 
 /**
  * What the sandbox runs (heredoc'd into a file): two fetches through the proxy variables (Node's fetch tunnels

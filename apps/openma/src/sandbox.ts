@@ -20,7 +20,7 @@
  */
 
 import { randomBytes } from "node:crypto";
-import { chmod, mkdir, stat } from "node:fs/promises";
+import { mkdir } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { Logger } from "@openma/api";
 import {
@@ -41,6 +41,15 @@ import {
 import { installSessionError, packagesOf } from "@openma/driver-kit/env-packages";
 import { NO_SANDBOX_DRIVER } from "@openma/harness";
 import { realScheduler, type Scheduler } from "@openma/time";
+import {
+  bubblewrapPackagesRefusal,
+  ensurePackagePrefix,
+  makeTraversable,
+  type PackageRegistries,
+  prefixEnv,
+  SANDBOX_PACKAGES_DIR,
+  withInstallSandbox,
+} from "./bwrap-packages.ts";
 import { checkBubblewrap } from "./doctor.ts";
 import type { Provisioner } from "./provision.ts";
 import type { OwnerHandle, ServeOwnership } from "./sandbox-owners.ts";
@@ -144,7 +153,7 @@ export interface SandboxBackend {
    * The driver for this session's environment, its packages installed (or taken from their cache), or why
    * there is none; absent (or no `sandbox` in the answer): `sandbox` as is.
    */
-  prepare?(request: SandboxRequest, logger: Logger): Promise<{ sandbox?: ManagedSandboxPort } | Refusal>;
+  prepare?(request: SandboxRequest, logger: Logger, dataDir: string): Promise<{ sandbox?: ManagedSandboxPort } | Refusal>;
 }
 
 /** `prepare`'s answer when the backend's own driver serves the session. */
@@ -156,11 +165,13 @@ type Refusal = { reason: string; sessionError?: Record<string, unknown> };
 /** `labels`: ownership labels every sandbox carries and the driver lists by (the serve lane's deployment). */
 /**
  * `egress`: the gateway every sandbox gets as its only way out (egress.ts); absent or null: no network at all.
+ * `registries`: where bubblewrap's npm and pip installs fetch from (default: the package managers' own).
  */
 export async function openBackend(
   selection: Exclude<SandboxSelection, { type: "none" }>,
   labels: Readonly<Record<string, string>> = {},
   egress: CredentialEgressPort | null = null,
+  registries: PackageRegistries = {},
 ): Promise<SandboxBackend> {
   const credentialEgress = egress ?? undefined;
   if (selection.type === "bubblewrap") {
@@ -174,13 +185,30 @@ export async function openBackend(
       sandbox,
       toolSandbox: (lease) => sandbox.toolSandbox(lease),
       needsTraversal: true,
-      async prepare(request) {
+      async prepare(request, logger, dataDir) {
         const wanted = packagesOf(request.environment);
         if (!wanted.ok) return { reason: wanted.message, sessionError: installSessionError({ manager: null, message: wanted.message }) };
         if (wanted.spec === null) return AS_IS;
-        // Not silently without them: the session hears why.
-        const message = "the bubblewrap driver does not install environment packages yet; use the Docker driver (OPENMA_SANDBOX=docker)";
-        return { reason: message, sessionError: installSessionError({ manager: null, message }) };
+        const refused = bubblewrapPackagesRefusal(wanted.spec, egress !== null);
+        if (refused !== null) return { reason: refused.message, sessionError: installSessionError(refused) };
+        const where = { sessionId: request.sessionId, environmentId: request.environmentId };
+        const prefix = await ensurePackagePrefix({
+          dataDir,
+          environmentId: request.environmentId,
+          spec: wanted.spec,
+          registries,
+          installSandbox: (hostDir, work) => withInstallSandbox(sandbox, request, planFor("bubblewrap"), hostDir, work),
+          onProgress: (progress) => logger.info({ ...where, ...progress }, "environment packages"),
+        });
+        if (!prefix.ok) {
+          logger.warn({ ...where, manager: prefix.manager, error: prefix.message }, "environment packages failed to install");
+          return {
+            reason: `the environment's packages could not be installed: ${prefix.message}`,
+            sessionError: installSessionError(prefix),
+          };
+        }
+        const binds = [{ source: prefix.dir, target: SANDBOX_PACKAGES_DIR }];
+        return { sandbox: sandbox.withExtras({ binds, env: prefixEnv(SANDBOX_PATH) }) };
       },
     };
   }
@@ -262,6 +290,8 @@ export interface ServeSandboxOptions {
   instrument?: ((backend: SandboxBackend) => SandboxBackend) | undefined;
   /** The egress gateway composed into every sandbox (egress.ts); absent or null: sandboxes have no network. */
   egress?: CredentialEgressPort | null | undefined;
+  /** Registries bubblewrap's package installs use (bwrap-packages.ts). */
+  registries?: PackageRegistries | undefined;
 }
 
 /**
@@ -291,7 +321,7 @@ export async function openServeSandboxes(options: ServeSandboxOptions): Promise<
     options.logger.warn({ sandbox: "docker" }, "the egress gateway needs a root server on the Docker host: sandboxes have no network");
     egress = null;
   }
-  const backend = await openBackend(selection, options.ownership?.labels, egress);
+  const backend = await openBackend(selection, options.ownership?.labels, egress, options.registries);
   options.logger.info(
     { sandbox: backend.name, egress: egress === null ? "none" : "gateway" },
     "sandbox tools run in per-session sandboxes",
@@ -430,7 +460,7 @@ export function sessionSandboxes(
   };
 
   const start = async (request: SandboxRequest, scope: RuntimeResourceScope, owner: OwnerHandle | null): Promise<Held | Refusal> => {
-    const prepared = backend.prepare ? await backend.prepare(request, options.logger) : {};
+    const prepared = backend.prepare ? await backend.prepare(request, options.logger, options.dataDir) : {};
     if ("reason" in prepared) return prepared;
     const fence: FenceIdentity = {
       scope,
@@ -534,8 +564,7 @@ async function sessionDirs(dataDir: string, sessionId: string, traversable: bool
   if (traversable) {
     // bwrap binds the directories as the sandbox's unprivileged host uid, which must be able to reach them:
     // search (not list) permission on the data dir and the two roots; the session dirs are chowned by the driver.
-    const mode = (await stat(dataDir)).mode & 0o7777;
-    if ((mode & 0o011) !== 0o011) await chmod(dataDir, mode | 0o011);
+    await makeTraversable(dataDir);
   }
   for (const root of [join(dataDir, "workspaces"), join(dataDir, "outputs")]) await mkdir(root, { recursive: true, mode: 0o711 });
   await mkdir(workspace, { recursive: true, mode: 0o700 });

@@ -267,7 +267,7 @@ async function startBrain(
   const egress = serveEgressPort(config.brain.egress, { storage: deps.storage, secrets: deps.secrets, logger: deps.logger });
   const sandboxes = isRemoteSandbox(choice)
     ? await openRemoteServeSandboxes(choice, process.env, common)
-    : await openServeSandboxes({ choice, ...common, probes, provisioner, egress });
+    : await openServeSandboxes({ choice, ...common, probes, provisioner, egress, registries: config.brain.registries });
   const model = createAnthropicModel({ baseURL: config.model.baseUrl, apiKey: config.model.apiKey });
   const runner = harnessRunner({
     storage: deps.storage,

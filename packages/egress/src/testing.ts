@@ -28,7 +28,8 @@ export interface TestUpstreams {
   close(): Promise<void>;
 }
 
-function hostIpv4(): string {
+/** The host's first non-loopback IPv4 address: where test servers listen so sandboxes can reach them through a gateway. */
+export function hostIpv4(): string {
   const nic = Object.values(networkInterfaces())
     .flat()
     .find((n) => n && n.family === "IPv4" && !n.internal);
