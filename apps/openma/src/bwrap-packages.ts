@@ -181,25 +181,28 @@ async function build(dir: string, input: Parameters<typeof ensurePackagePrefix>[
 
 /**
  * A throwaway sandbox of the session (same scope, so the same gateway policy) whose workspace is `hostDir`,
- * for installing the environment's packages there; terminated whatever `work` returns or throws.
+ * for installing the environment's packages there; terminated whatever `work` returns or throws. It carries
+ * the session's owner record (`ownerId`), so a reaper leaves it alone while this server holds that lease and
+ * ends it when a crash lets the lease lapse; its own idempotency key keeps it apart from the session's sandbox.
  */
 export async function withInstallSandbox<T>(
   sandbox: ManagedSandboxPort & { toolSandbox(lease: ManagedSandboxLease): ToolSandboxPort },
   request: SandboxRequest,
+  ownerId: string,
   plan: ManagedRuntimePlan,
   hostDir: string,
   work: (exec: (command: string[], env: Record<string, string>) => Promise<ExecResult>) => Promise<T>,
 ): Promise<T> {
   const scope = { environmentId: request.environmentId, sessionId: request.sessionId };
-  const ownerId = `pkg-${randomBytes(6).toString("hex")}`;
+  const key = `pkg-${randomBytes(6).toString("hex")}`;
   const fence: FenceIdentity = { scope, ownerId, generation: 1, expiresAt: Date.now() + 86_400_000 };
   const acquired = await sandbox.acquire({
     scope,
     fence,
     plan,
-    workspace: { bindingId: `pkg-ws-${ownerId}`, strategy: "ephemeral", mountPath: WORKSPACE_MOUNT_PATH, metadata: { hostPath: hostDir } },
+    workspace: { bindingId: `ws-${key}`, strategy: "ephemeral", mountPath: WORKSPACE_MOUNT_PATH, metadata: { hostPath: hostDir } },
     outputs: null,
-    idempotencyKey: ownerId,
+    idempotencyKey: key,
     signal: request.signal,
   });
   if (acquired.type !== "acquired") throw new Error(`the package install sandbox could not be started: ${acquired.reason}`);

@@ -153,7 +153,14 @@ export interface SandboxBackend {
    * The driver for this session's environment, its packages installed (or taken from their cache), or why
    * there is none; absent (or no `sandbox` in the answer): `sandbox` as is.
    */
-  prepare?(request: SandboxRequest, logger: Logger, dataDir: string): Promise<{ sandbox?: ManagedSandboxPort } | Refusal>;
+  prepare?(request: SandboxRequest, context: PrepareContext): Promise<{ sandbox?: ManagedSandboxPort } | Refusal>;
+}
+
+/** What `prepare` runs with: `ownerId` is the session's owner record, which any sandbox it starts must carry. */
+export interface PrepareContext {
+  logger: Logger;
+  dataDir: string;
+  ownerId: string;
 }
 
 /** `prepare`'s answer when the backend's own driver serves the session. */
@@ -185,7 +192,7 @@ export async function openBackend(
       sandbox,
       toolSandbox: (lease) => sandbox.toolSandbox(lease),
       needsTraversal: true,
-      async prepare(request, logger, dataDir) {
+      async prepare(request, { logger, dataDir, ownerId }) {
         const wanted = packagesOf(request.environment);
         if (!wanted.ok) return { reason: wanted.message, sessionError: installSessionError({ manager: null, message: wanted.message }) };
         if (wanted.spec === null) return AS_IS;
@@ -197,7 +204,7 @@ export async function openBackend(
           environmentId: request.environmentId,
           spec: wanted.spec,
           registries,
-          installSandbox: (hostDir, work) => withInstallSandbox(sandbox, request, planFor("bubblewrap"), hostDir, work),
+          installSandbox: (hostDir, work) => withInstallSandbox(sandbox, request, ownerId, planFor("bubblewrap"), hostDir, work),
           onProgress: (progress) => logger.info({ ...where, ...progress }, "environment packages"),
         });
         if (!prefix.ok) {
@@ -219,7 +226,7 @@ export async function openBackend(
     sandbox,
     toolSandbox: (lease) => sandbox.toolSandbox(lease),
     needsTraversal: false,
-    async prepare(request, logger) {
+    async prepare(request, { logger }) {
       const wanted = packagesOf(request.environment);
       if (!wanted.ok) return { reason: wanted.message, sessionError: installSessionError({ manager: null, message: wanted.message }) };
       if (wanted.spec === null) return AS_IS;
@@ -460,14 +467,15 @@ export function sessionSandboxes(
   };
 
   const start = async (request: SandboxRequest, scope: RuntimeResourceScope, owner: OwnerHandle | null): Promise<Held | Refusal> => {
-    const prepared = backend.prepare ? await backend.prepare(request, options.logger, options.dataDir) : {};
-    if ("reason" in prepared) return prepared;
     const fence: FenceIdentity = {
       scope,
       ownerId: owner?.id ?? `serve-${boot}-${++acquisitions}`,
       generation: 1,
       expiresAt: Date.now() + 3650 * 86_400_000,
     };
+    const context = { logger: options.logger, dataDir: options.dataDir, ownerId: fence.ownerId };
+    const prepared = backend.prepare ? await backend.prepare(request, context) : {};
+    if ("reason" in prepared) return prepared;
     const dirs = await sessionDirs(options.dataDir, request.sessionId, backend.needsTraversal);
     const result = await (prepared.sandbox ?? backend.sandbox).acquire({
       scope,
