@@ -13,10 +13,11 @@ import { BubblewrapSandbox } from "@openma/driver-bubblewrap";
 import { DAYTONA_SANDBOX_CAPABILITIES } from "@openma/driver-daytona";
 import { E2B_SANDBOX_CAPABILITIES } from "@openma/driver-e2b";
 import { MODAL_SANDBOX_CAPABILITIES } from "@openma/driver-modal";
-import { NODE_DOCKER_SANDBOX_CAPABILITIES } from "@openma/driver-node-docker";
+import { NodeDockerSandbox } from "@openma/driver-node-docker";
 import { SPRITES_SANDBOX_CAPABILITIES } from "@openma/driver-sprites";
 import { SUPERSERVE_SANDBOX_CAPABILITIES } from "@openma/driver-superserve";
 import { VERCEL_SANDBOX_CAPABILITIES } from "@openma/driver-vercel";
+import { composedPort } from "@openma/egress/testing";
 import { RemoteCheckpointWorkspace, RemoteSessionOutputs } from "@openma/remote-bindings";
 import { FsBlobStore } from "@openma/storage/blobs";
 import { realScheduler } from "@openma/time";
@@ -47,17 +48,18 @@ describe("docs/sandboxes.md", () => {
 describe("the table against the drivers it describes", () => {
   const entry = (driver: string) => conformanceOf(driver) as DriverConformance;
 
-  it("node-docker: the table says what the driver declares", () => {
+  it("node-docker: the table says what the driver composed with the egress gateway (as openma serve does) declares", () => {
     const caps = entry("node-docker").capabilities;
-    expect(caps.provider).toBe(NODE_DOCKER_SANDBOX_CAPABILITIES.provider);
-    expect(caps.sandbox).toEqual(NODE_DOCKER_SANDBOX_CAPABILITIES.lifecycle);
-    expect(caps.credentialEgress).toEqual(NODE_DOCKER_SANDBOX_CAPABILITIES.credentialEgress);
-    expect(caps.sandboxPortFacts).toEqual(NODE_DOCKER_SANDBOX_CAPABILITIES.facts);
+    const declared = new NodeDockerSandbox({ image: "unused", credentialEgress: composedPort() }).capabilities;
+    expect(caps.provider).toBe(declared.provider);
+    expect(caps.sandbox).toEqual(declared.lifecycle);
+    expect(caps.credentialEgress).toEqual(declared.credentialEgress);
+    expect(caps.sandboxPortFacts).toEqual(declared.facts);
   });
 
-  it("bubblewrap: every claim holds for a driver configured with the egress proxy", () => {
+  it("bubblewrap: every claim holds for a driver composed with the egress gateway (as openma serve does)", () => {
     const caps = entry("bubblewrap").capabilities;
-    const driver = new BubblewrapSandbox({ stateRoot: "/nonexistent-never-created", network: { mode: "proxy", allow: ["example.com"] } });
+    const driver = new BubblewrapSandbox({ stateRoot: "/nonexistent-never-created", credentialEgress: composedPort() });
     expect(caps.provider).toBe(driver.capabilities.provider);
     expect(caps.sandbox).toEqual(driver.capabilities.lifecycle);
     expect(caps.credentialEgress).toEqual(driver.capabilities.credentialEgress);

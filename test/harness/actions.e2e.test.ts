@@ -330,27 +330,27 @@ describe.each(BACKENDS)("harness actions on %s", (dialect) => {
 
   it("a sandbox refused with a session error (the environment's packages) records session.error and an error tool result", async () => {
     h.model.load([
-      { response: { content: [{ type: "tool_use", name: "bash", input: { command: "semver --help" } }] } },
+      { response: { content: [{ type: "tool_use", name: "bash", input: { command: "jq --help" } }] } },
       { response: { content: [{ type: "text", text: "the sandbox could not start" }] } },
     ]);
     const env = await h.t.client.beta.environments.create({
       name: "env-packages",
-      config: { type: "cloud", packages: { npm: ["semver"] } },
+      config: { type: "cloud", packages: { apt: ["jq"] } },
     });
-    // The serve lane's resolver over bubblewrap, which refuses packages with a session error instead of skipping them.
+    // The serve lane's resolver over bubblewrap, which refuses apt packages with a session error instead of skipping them.
     const probe = await hostProbes.bubblewrap();
     if (!probe.ok) throw new Error(`bubblewrap is required for this test: ${probe.reason}`);
     const dataDir = await mkdtemp(join(tmpdir(), "openma-actions-packages-"));
     const sandboxes = sessionSandboxes(await openBackend({ type: "bubblewrap" }), { dataDir, logger: silentLogger });
     try {
-      const sessionId = await h.session(await h.agent([TOOLSET]), env.id, "use semver");
+      const sessionId = await h.session(await h.agent([TOOLSET]), env.id, "use jq");
       expect(await h.run(sessionId, { sandboxes })).toEqual({ type: "idle", stopReason: "end_turn" });
       const events = await h.events(sessionId);
       expect(ofType(events, "session.error")).toEqual([
         expect.objectContaining({
           error: expect.objectContaining({
             type: "unknown_error",
-            message: expect.stringContaining("installing the environment's packages failed"),
+            message: expect.stringContaining("installing the environment's apt packages failed"),
             retry_status: { type: "terminal" },
           }),
         }),

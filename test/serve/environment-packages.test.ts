@@ -6,7 +6,10 @@
  * (asserted on the image and on the install steps that ran, not on time),
  * and an install that cannot succeed (pip: its index is unreachable here)
  * is a refusal carrying a terminal `session.error`, with no layer left.
- * Bubblewrap does not install packages yet and says so the same way.
+ * On bubblewrap, npm and pip packages from a local registry stand-in go
+ * into a per-environment prefix through the sandbox's egress gateway (only
+ * the registry's host allowed), the second session reuses it without a
+ * fetch, and apt is refused with the reason.
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -14,8 +17,10 @@ import { join } from "node:path";
 import type { Logger } from "@openma/api";
 import type { SandboxRequest, ToolSandboxPort } from "@openma/contract";
 import { connectDocker, PACKAGES_ENVIRONMENT_LABEL } from "@openma/driver-node-docker";
+import { type EgressAuditEvent, GatewayEgressPort } from "@openma/egress";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { hostProbes, openBackend, type ServeSandboxes, sessionSandboxes } from "../../apps/openma/src/sandbox.ts";
+import { NPM_PACKAGE, type PackageRegistry, PIP_PACKAGE, startPackageRegistry } from "../support/package-registry.ts";
 
 /** Every progress report the resolver logs, in order. */
 const progress: Record<string, unknown>[] = [];
@@ -140,20 +145,71 @@ describe("environment packages on Docker", () => {
 });
 
 describe("environment packages on bubblewrap", () => {
-  it("are refused with a session error instead of being silently skipped", async () => {
+  let registry: PackageRegistry;
+  let dataDir: string;
+  let sandboxes: ServeSandboxes;
+  const audit: EgressAuditEvent[] = [];
+  const env = cloudEnvironment(`env_bw_${run}`, { npm: [NPM_PACKAGE], pip: [PIP_PACKAGE] });
+
+  beforeAll(async () => {
     const probe = await hostProbes.bubblewrap();
     if (!probe.ok) throw new Error(`bubblewrap is required for this test: ${probe.reason}`);
-    const dataDir = await mkdtemp(join(tmpdir(), "openma-packages-bwrap-"));
-    const sandboxes = sessionSandboxes(await openBackend({ type: "bubblewrap" }), { dataDir, logger });
-    try {
-      const resolved = await sandboxes.resolve(request(`sesn_e_${run}`, cloudEnvironment(`env_bw_${run}`, { npm: ["semver"] })));
-      expect(resolved).toMatchObject({
-        type: "unavailable",
-        sessionError: { message: expect.stringContaining("does not install environment packages yet"), retry_status: { type: "terminal" } },
-      });
-    } finally {
-      await sandboxes.close();
-      await rm(dataDir, { recursive: true, force: true });
-    }
+    registry = await startPackageRegistry();
+    dataDir = await mkdtemp(join(tmpdir(), "openma-packages-bwrap-"));
+    // Only the registry's host is allowed: the installs can only have gone through the gateway.
+    const egress = new GatewayEgressPort({
+      configFor: async () => ({ networking: { type: "limited", allowed_hosts: [registry.host] }, credentials: [] }),
+      onAudit: (event) => audit.push(event),
+    });
+    const backend = await openBackend({ type: "bubblewrap" }, {}, egress, { npm: registry.npm, pip: registry.pip });
+    sandboxes = sessionSandboxes(backend, { dataDir, logger });
+  });
+  afterAll(async () => {
+    await sandboxes?.close();
+    await registry?.close();
+    if (dataDir) await rm(dataDir, { recursive: true, force: true });
+  });
+
+  it("installs npm and pip packages into a per-environment prefix through the gateway; the second session reuses it", async () => {
+    progress.length = 0;
+    const first = await sandboxes.resolve(request(`sesn_f_${run}`, env));
+    if (first.type !== "ready") throw new Error(first.reason);
+    const use =
+      "openma-demo; node -p \"require('openma-demo-cli').answer\"; openma-demo-py; python3 -c 'import openma_demo; print(openma_demo.ANSWER)'";
+    expect(await sh(first.port, use)).toEqual({ exitCode: 0, stdout: "demo-cli 42\n42\ndemo-py 42\n42\n", stderr: "" });
+    // Read-only for the agent.
+    expect((await sh(first.port, "touch /opt/openma/packages/x")).exitCode).not.toBe(0);
+    const steps = progress.filter((p) => p.environmentId === env.id).map((p) => [p.type, p.manager ?? null]);
+    expect(steps).toEqual([
+      ["started", "pip"],
+      ["finished", "pip"],
+      ["started", "npm"],
+      ["finished", "npm"],
+      ["ready", null],
+    ]);
+    expect(registry.requests).toEqual(expect.arrayContaining([`/${NPM_PACKAGE}`, `/simple/${PIP_PACKAGE}/`]));
+    expect(audit).toEqual(expect.arrayContaining([expect.objectContaining({ type: "egress.allowed", host: registry.host })]));
+
+    progress.length = 0;
+    const fetched = registry.requests.length;
+    const second = await sandboxes.resolve(request(`sesn_g_${run}`, env));
+    if (second.type !== "ready") throw new Error(second.reason);
+    expect(await sh(second.port, use)).toMatchObject({ exitCode: 0, stdout: "demo-cli 42\n42\ndemo-py 42\n42\n" });
+    // Nothing was installed or fetched again: the prefix was found complete.
+    expect(progress.map((p) => p.type)).toEqual(["cached"]);
+    expect(registry.requests.length).toBe(fetched);
+    await sandboxes.release(`sesn_f_${run}`);
+    await sandboxes.release(`sesn_g_${run}`);
+  }, 300_000);
+
+  it("refuses apt packages with a terminal session error saying why", async () => {
+    const resolved = await sandboxes.resolve(request(`sesn_h_${run}`, cloudEnvironment(`env_apt_${run}`, { apt: ["jq"] })));
+    expect(resolved).toMatchObject({
+      type: "unavailable",
+      sessionError: {
+        message: expect.stringMatching(/cannot install apt packages: apt writes the system .* never runs as root; use the Docker driver/),
+        retry_status: { type: "terminal" },
+      },
+    });
   });
 });

@@ -5,6 +5,8 @@ import { type PriceTable, priceTableFromEnv } from "@openma/pricing";
 import type { BlobEnv } from "@openma/storage/s3-blobs";
 import { decodeSecretKey } from "@openma/storage/secret-box";
 import { z } from "zod";
+import type { PackageRegistries } from "./bwrap-packages.ts";
+import { type EgressSettings, egressSettings } from "./egress.ts";
 import { REMOTE_SANDBOX_DRIVERS, type RemoteSandboxName } from "./remote-sandboxes.ts";
 import { SANDBOX_CHOICES, type SandboxChoice } from "./sandbox.ts";
 
@@ -84,6 +86,14 @@ const schema = z.object({
     .min(1000)
     .max(7 * 86_400_000)
     .default(30 * 60_000),
+  // The egress gateway of local session sandboxes (apps/openma/src/egress.ts, ADR 0020): on, or off (no network at all);
+  // the registries' hosts `allow_package_managers` adds; PEM files the gateway trusts upstream (comma-separated).
+  OPENMA_EGRESS: z.enum(["on", "off"]).default("on"),
+  OPENMA_EGRESS_PACKAGE_MANAGER_HOSTS: z.string().max(8192).optional(),
+  OPENMA_EGRESS_UPSTREAM_CA: z.string().max(8192).optional(),
+  // Registries the bubblewrap driver's npm and pip package installs use (default: the package managers' own).
+  OPENMA_PACKAGES_NPM_REGISTRY: z.url({ protocol: /^https?$/ }).optional(),
+  OPENMA_PACKAGES_PIP_INDEX_URL: z.url({ protocol: /^https?$/ }).optional(),
   // With no usable sandbox driver, install bubblewrap on start (root + apt-get only); see provision.ts.
   OPENMA_AUTO_PROVISION: z.enum(["on", "off", "1", "0", "true", "false"]).default("on"),
   // The runtime host (ama_worker lane): serve this self-hosted environment from this machine.
@@ -154,6 +164,10 @@ export interface ServerConfig {
     sandbox: SandboxChoice | RemoteSandboxName;
     /** Install bubblewrap on start when no sandbox driver is usable. */
     autoProvision: boolean;
+    /** The egress gateway of local session sandboxes (egress.ts). */
+    egress: EgressSettings;
+    /** Registries of the bubblewrap driver's npm and pip installs (bwrap-packages.ts). */
+    registries: PackageRegistries;
     /** Session sandboxes: owner lease, reaper interval and idle timeout (ms). */
     sandboxes: { leaseTtlMs: number; reapIntervalMs: number; idleMs: number };
   };
@@ -225,6 +239,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
       maxAttempts: e.OPENMA_EXECUTION_MAX_ATTEMPTS,
       sandbox: e.OPENMA_SANDBOX ?? e.SANDBOX_PROVIDER ?? "auto",
       autoProvision: ["on", "1", "true"].includes(e.OPENMA_AUTO_PROVISION),
+      egress: egressSettings(e),
+      registries: { npm: e.OPENMA_PACKAGES_NPM_REGISTRY, pip: e.OPENMA_PACKAGES_PIP_INDEX_URL },
       sandboxes: {
         leaseTtlMs: e.OPENMA_SANDBOX_LEASE_TTL_MS,
         reapIntervalMs: e.OPENMA_SANDBOX_REAP_INTERVAL_MS,

@@ -20,10 +20,11 @@
  */
 
 import { randomBytes } from "node:crypto";
-import { chmod, mkdir, stat } from "node:fs/promises";
+import { mkdir } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { Logger } from "@openma/api";
 import {
+  type CredentialEgressPort,
   type FenceIdentity,
   type ManagedRuntimePlan,
   type ManagedSandboxLease,
@@ -40,6 +41,15 @@ import {
 import { installSessionError, packagesOf } from "@openma/driver-kit/env-packages";
 import { NO_SANDBOX_DRIVER } from "@openma/harness";
 import { realScheduler, type Scheduler } from "@openma/time";
+import {
+  bubblewrapPackagesRefusal,
+  ensurePackagePrefix,
+  makeTraversable,
+  type PackageRegistries,
+  prefixEnv,
+  SANDBOX_PACKAGES_DIR,
+  withInstallSandbox,
+} from "./bwrap-packages.ts";
 import { checkBubblewrap } from "./doctor.ts";
 import type { Provisioner } from "./provision.ts";
 import type { OwnerHandle, ServeOwnership } from "./sandbox-owners.ts";
@@ -143,7 +153,14 @@ export interface SandboxBackend {
    * The driver for this session's environment, its packages installed (or taken from their cache), or why
    * there is none; absent (or no `sandbox` in the answer): `sandbox` as is.
    */
-  prepare?(request: SandboxRequest, logger: Logger): Promise<{ sandbox?: ManagedSandboxPort } | Refusal>;
+  prepare?(request: SandboxRequest, context: PrepareContext): Promise<{ sandbox?: ManagedSandboxPort } | Refusal>;
+}
+
+/** What `prepare` runs with: `ownerId` is the session's owner record, which any sandbox it starts must carry. */
+export interface PrepareContext {
+  logger: Logger;
+  dataDir: string;
+  ownerId: string;
 }
 
 /** `prepare`'s answer when the backend's own driver serves the session. */
@@ -153,13 +170,20 @@ const AS_IS: { sandbox?: ManagedSandboxPort } = {};
 type Refusal = { reason: string; sessionError?: Record<string, unknown> };
 
 /** `labels`: ownership labels every sandbox carries and the driver lists by (the serve lane's deployment). */
+/**
+ * `egress`: the gateway every sandbox gets as its only way out (egress.ts); absent or null: no network at all.
+ * `registries`: where bubblewrap's npm and pip installs fetch from (default: the package managers' own).
+ */
 export async function openBackend(
   selection: Exclude<SandboxSelection, { type: "none" }>,
   labels: Readonly<Record<string, string>> = {},
+  egress: CredentialEgressPort | null = null,
+  registries: PackageRegistries = {},
 ): Promise<SandboxBackend> {
+  const credentialEgress = egress ?? undefined;
   if (selection.type === "bubblewrap") {
     const { BubblewrapSandbox } = await import("@openma/driver-bubblewrap");
-    const sandbox = new BubblewrapSandbox({ ...serveNodeRuntime(), labels });
+    const sandbox = new BubblewrapSandbox({ ...serveNodeRuntime(), labels, credentialEgress });
     // Records of sandboxes whose processes died with an earlier server (a crash, kill -9):
     // only dead runtimes are removed, so another live server on this host is untouched.
     await sandbox.reapLeftovers().catch(() => 0);
@@ -168,24 +192,41 @@ export async function openBackend(
       sandbox,
       toolSandbox: (lease) => sandbox.toolSandbox(lease),
       needsTraversal: true,
-      async prepare(request) {
+      async prepare(request, { logger, dataDir, ownerId }) {
         const wanted = packagesOf(request.environment);
         if (!wanted.ok) return { reason: wanted.message, sessionError: installSessionError({ manager: null, message: wanted.message }) };
         if (wanted.spec === null) return AS_IS;
-        // Not silently without them: the session hears why.
-        const message = "the bubblewrap driver does not install environment packages yet; use the Docker driver (OPENMA_SANDBOX=docker)";
-        return { reason: message, sessionError: installSessionError({ manager: null, message }) };
+        const refused = bubblewrapPackagesRefusal(wanted.spec, egress !== null);
+        if (refused !== null) return { reason: refused.message, sessionError: installSessionError(refused) };
+        const where = { sessionId: request.sessionId, environmentId: request.environmentId };
+        const prefix = await ensurePackagePrefix({
+          dataDir,
+          environmentId: request.environmentId,
+          spec: wanted.spec,
+          registries,
+          installSandbox: (hostDir, work) => withInstallSandbox(sandbox, request, ownerId, planFor("bubblewrap"), hostDir, work),
+          onProgress: (progress) => logger.info({ ...where, ...progress }, "environment packages"),
+        });
+        if (!prefix.ok) {
+          logger.warn({ ...where, manager: prefix.manager, error: prefix.message }, "environment packages failed to install");
+          return {
+            reason: `the environment's packages could not be installed: ${prefix.message}`,
+            sessionError: installSessionError(prefix),
+          };
+        }
+        const binds = [{ source: prefix.dir, target: SANDBOX_PACKAGES_DIR }];
+        return { sandbox: sandbox.withExtras({ binds, env: prefixEnv(SANDBOX_PATH) }) };
       },
     };
   }
   const { NodeDockerSandbox, ensurePackageLayer } = await import("@openma/driver-node-docker");
-  const sandbox = new NodeDockerSandbox({ image: selection.image, namePrefix: "openma-serve", labels });
+  const sandbox = new NodeDockerSandbox({ image: selection.image, namePrefix: "openma-serve", labels, credentialEgress });
   return {
     name: "docker",
     sandbox,
     toolSandbox: (lease) => sandbox.toolSandbox(lease),
     needsTraversal: false,
-    async prepare(request, logger) {
+    async prepare(request, { logger }) {
       const wanted = packagesOf(request.environment);
       if (!wanted.ok) return { reason: wanted.message, sessionError: installSessionError({ manager: null, message: wanted.message }) };
       if (wanted.spec === null) return AS_IS;
@@ -254,6 +295,10 @@ export interface ServeSandboxOptions {
   ownership?: ServeOwnership | undefined;
   /** Wraps the chosen backend (metrics.ts times its calls); absent: used as is. */
   instrument?: ((backend: SandboxBackend) => SandboxBackend) | undefined;
+  /** The egress gateway composed into every sandbox (egress.ts); absent or null: sandboxes have no network. */
+  egress?: CredentialEgressPort | null | undefined;
+  /** Registries bubblewrap's package installs use (bwrap-packages.ts). */
+  registries?: PackageRegistries | undefined;
 }
 
 /**
@@ -277,8 +322,17 @@ export async function openServeSandboxes(options: ServeSandboxOptions): Promise<
     if (selection.warn) options.logger.warn({ sandbox: options.choice }, selection.reason);
     return failClosed(selection.reason);
   }
-  const backend = await openBackend(selection, options.ownership?.labels);
-  options.logger.info({ sandbox: backend.name }, "sandbox tools run in per-session sandboxes");
+  let egress = options.egress ?? null;
+  if (egress !== null && selection.type === "docker" && process.getuid?.() !== 0) {
+    // The gateway's socket is bound inside the container's namespace (nsenter), which needs root.
+    options.logger.warn({ sandbox: "docker" }, "the egress gateway needs a root server on the Docker host: sandboxes have no network");
+    egress = null;
+  }
+  const backend = await openBackend(selection, options.ownership?.labels, egress, options.registries);
+  options.logger.info(
+    { sandbox: backend.name, egress: egress === null ? "none" : "gateway" },
+    "sandbox tools run in per-session sandboxes",
+  );
   return sessionSandboxes(backend, options);
 }
 
@@ -413,14 +467,15 @@ export function sessionSandboxes(
   };
 
   const start = async (request: SandboxRequest, scope: RuntimeResourceScope, owner: OwnerHandle | null): Promise<Held | Refusal> => {
-    const prepared = backend.prepare ? await backend.prepare(request, options.logger) : {};
-    if ("reason" in prepared) return prepared;
     const fence: FenceIdentity = {
       scope,
       ownerId: owner?.id ?? `serve-${boot}-${++acquisitions}`,
       generation: 1,
       expiresAt: Date.now() + 3650 * 86_400_000,
     };
+    const context = { logger: options.logger, dataDir: options.dataDir, ownerId: fence.ownerId };
+    const prepared = backend.prepare ? await backend.prepare(request, context) : {};
+    if ("reason" in prepared) return prepared;
     const dirs = await sessionDirs(options.dataDir, request.sessionId, backend.needsTraversal);
     const result = await (prepared.sandbox ?? backend.sandbox).acquire({
       scope,
@@ -517,8 +572,7 @@ async function sessionDirs(dataDir: string, sessionId: string, traversable: bool
   if (traversable) {
     // bwrap binds the directories as the sandbox's unprivileged host uid, which must be able to reach them:
     // search (not list) permission on the data dir and the two roots; the session dirs are chowned by the driver.
-    const mode = (await stat(dataDir)).mode & 0o7777;
-    if ((mode & 0o011) !== 0o011) await chmod(dataDir, mode | 0o011);
+    await makeTraversable(dataDir);
   }
   for (const root of [join(dataDir, "workspaces"), join(dataDir, "outputs")]) await mkdir(root, { recursive: true, mode: 0o711 });
   await mkdir(workspace, { recursive: true, mode: 0o700 });

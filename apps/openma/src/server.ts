@@ -20,6 +20,7 @@ import pino from "pino";
 import { ensureAdminKey } from "./admin-key.ts";
 import { startAutomation } from "./automation.ts";
 import type { ServerConfig } from "./config.ts";
+import { serveEgressPort } from "./egress.ts";
 import { meteredBackend, meteredModel, serveMetrics, workerMetrics } from "./metrics.ts";
 import { dockerEngineCheck, mountOps, type ReadinessCheck, readiness, storageChecks } from "./ops.ts";
 import { hostProvisioner } from "./provision.ts";
@@ -262,9 +263,11 @@ async function startBrain(
   const tracer = observability?.tracer;
   const instrument = metrics ? (backend: SandboxBackend) => meteredBackend(backend, metrics, tracer) : undefined;
   const common = { dataDir: config.dataDir, logger: deps.logger, idleMs: config.brain.sandboxes.idleMs, ownership, instrument };
+  // Local sandboxes' only way out: one gateway each, configured per session from storage (egress.ts).
+  const egress = serveEgressPort(config.brain.egress, { storage: deps.storage, secrets: deps.secrets, logger: deps.logger });
   const sandboxes = isRemoteSandbox(choice)
     ? await openRemoteServeSandboxes(choice, process.env, common)
-    : await openServeSandboxes({ choice, ...common, probes, provisioner });
+    : await openServeSandboxes({ choice, ...common, probes, provisioner, egress, registries: config.brain.registries });
   const model = createAnthropicModel({ baseURL: config.model.baseUrl, apiKey: config.model.apiKey });
   const runner = harnessRunner({
     storage: deps.storage,

@@ -73,15 +73,23 @@ describe("the conformance table", () => {
     expect(entry.capabilities.lanes).toEqual(["ama_worker", "openma_supervised"]);
     expect(entry.capabilities.sandbox.suspendResume).toBe("unsupported");
     expect(workspaceDurabilityOf(entry.capabilities)).toBe("durable");
-    expect(entry.capabilities.credentialEgress.enforcement).toBe("enforced");
-    expect(entry.capabilities.credentialEgress.credentialMode).toBeUndefined(); // no credential substitution
-    expect(entry.capabilities.sandboxPortFacts.lacks).toContain("credential_substitution");
+    // openma serve composes the egress gateway: live credential substitution over HTTP and intercepted HTTPS.
+    expect(entry.capabilities.credentialEgress).toEqual({
+      enforcement: "enforced",
+      credentialMode: "live",
+      interceptedProtocols: ["http", "https"],
+    });
+    expect(entry.capabilities.sandboxPortFacts.has).toContain("credential_substitution");
   });
 
-  it("describes node-docker's egress as what NetworkMode none delivers: nothing leaves, no credential mode claimed", () => {
+  it("describes node-docker's egress as the gateway openma serve composes, and when it is absent", () => {
     const entry = conformanceOf("node-docker") as DriverConformance;
-    expect(entry.capabilities.credentialEgress).toEqual({ enforcement: "enforced", interceptedProtocols: [] });
-    expect(entry.notes.join(" ")).toMatch(/serve composition does not wire the gateway yet/);
+    expect(entry.capabilities.credentialEgress).toEqual({
+      enforcement: "enforced",
+      credentialMode: "live",
+      interceptedProtocols: ["http", "https"],
+    });
+    expect(entry.notes.join(" ")).toMatch(/non-root server \(or `OPENMA_EGRESS=off`\) warns and its containers have no network/);
   });
 
   it("describes the cloud drivers as built: both lanes, suspend/resume, a durable checkpointed workspace, no process checkpoint", () => {

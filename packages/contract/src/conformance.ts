@@ -148,7 +148,7 @@ export const DRIVER_CONFORMANCE: readonly DriverConformance[] = [
     implemented: true,
     package: "packages/drivers/bubblewrap",
     summary:
-      "Daemonless bwrap sandboxes on the host: user/pid/ipc/uts/net namespaces, read-only base, seccomp, cgroup v2 or v1 limits (rlimits where neither), a host uid per sandbox, egress only through an allowlisting proxy.",
+      "Daemonless bwrap sandboxes on the host: user/pid/ipc/uts/net namespaces, read-only base, seccomp, cgroup v2 or v1 limits (rlimits where neither), a host uid per sandbox, egress only through a gateway of its own (networking policy, credential substitution).",
     capabilities: {
       provider: "bubblewrap",
       lanes: BOTH_LANES,
@@ -156,7 +156,7 @@ export const DRIVER_CONFORMANCE: readonly DriverConformance[] = [
       workspace: HOST_FS_WORKSPACE,
       outputs: HOST_FS_OUTPUTS,
       runtimeCheckpoints: [],
-      credentialEgress: { enforcement: "enforced", interceptedProtocols: ["http", "https"] },
+      credentialEgress: { enforcement: "enforced", credentialMode: "live", interceptedProtocols: ["http", "https"] },
       sandboxPortFacts: {
         has: [
           "duplex_process",
@@ -164,19 +164,20 @@ export const DRIVER_CONFORMANCE: readonly DriverConformance[] = [
           "process_tree_kill",
           "private_network_namespace",
           "egress_proxy_allowlist",
+          "credential_substitution",
           "seccomp_syscall_denylist",
           "read_only_base",
           "unprivileged_host_uid",
           "per_sandbox_host_uid",
         ],
-        lacks: ["provider_suspend_resume", "process_memory_checkpoint", "credential_substitution", "durable_output_mount"],
+        lacks: ["provider_suspend_resume", "process_memory_checkpoint", "durable_output_mount"],
       },
     },
     planned: null,
     toolSandbox: true,
     testOnly: false,
     notes: [
-      "Egress is enforced by construction: the sandbox's network namespace has only loopback. With the default `network: none` nothing leaves; with `network: proxy` the only way out is an HTTP/CONNECT proxy with a host allowlist, which does not substitute credentials. A host that composes `@openma/egress`'s `GatewayEgressPort` as `options.credentialEgress` gets the environment-driven gateway instead (networking policy, credential substitution over intercepted HTTPS; reported at runtime as `credentialMode: live`, proved in packages/drivers/bubblewrap/src/gateway.test.ts). The serve composition does not wire the gateway yet, so this table claims no credential mode.",
+      "Egress is enforced by construction: the sandbox's network namespace has only loopback, and its only way out is the `@openma/egress` gateway bound inside it, which `openma serve` composes into every session sandbox (`OPENMA_EGRESS=on`, the default; ADR 0020): the environment's networking (unrestricted but never the host's loopback, link-local or metadata addresses; limited to `allowed_hosts`, the registries with `allow_package_managers`, the agent's MCP hosts with `allow_mcp_servers`), 403 refusals with a reason and structured audit lines, and `environment_variable` vault credentials as placeholders substituted at the gateway over intercepted HTTPS (`credentialMode: live`; proved in packages/drivers/bubblewrap/src/gateway.test.ts and, through a real `openma serve` with the official SDK, test/serve/egress.test.ts). With `OPENMA_EGRESS=off` nothing leaves and no credential reaches the sandbox's tools. The older static `network: proxy` allowlist (no credentials) remains for other hosts.",
       "Resource limits for the whole sandbox: cgroup v2 (memory.max, pids.max, cpu.max) when a delegated parent is configured; else, on a host with the cgroup v1 memory, pids and cpu hierarchies, one cgroup per sandbox in each (memory.limit_in_bytes with memsw, pids.max, a CFS quota), nested under the server's own cgroup; else per-process rlimits. The driver reports which in `enforcement`.",
       "Seccomp denylist on x86_64 and aarch64; elsewhere the driver declares it missing. Needs root on the host; every sandbox's processes run as an unprivileged host uid of their own (claimed from a range under the state root, returned at terminate), so per-uid budgets are never shared.",
       "Harness lanes as shipped: `ama_worker` (`openma runtime-host`: the official EnvironmentWorker inside the sandbox, its only way out a unix socket bridged to the control plane's API) and `openma_supervised` (`@openma/supervisor`); both run end to end on this driver in `npm run test:integration:runtime`.",
@@ -198,7 +199,7 @@ export const DRIVER_CONFORMANCE: readonly DriverConformance[] = [
       workspace: HOST_FS_WORKSPACE,
       outputs: HOST_FS_OUTPUTS,
       runtimeCheckpoints: [],
-      credentialEgress: { enforcement: "enforced", interceptedProtocols: [] },
+      credentialEgress: { enforcement: "enforced", credentialMode: "live", interceptedProtocols: ["http", "https"] },
       sandboxPortFacts: {
         has: [
           "duplex_process",
@@ -208,6 +209,8 @@ export const DRIVER_CONFORMANCE: readonly DriverConformance[] = [
           "unprivileged_uid",
           "read_only_rootfs",
           "no_capabilities",
+          "egress_gateway",
+          "credential_substitution",
         ],
         lacks: ["provider_suspend_resume", "process_memory_checkpoint"],
       },
@@ -216,7 +219,7 @@ export const DRIVER_CONFORMANCE: readonly DriverConformance[] = [
     toolSandbox: true,
     testOnly: false,
     notes: [
-      "Egress is enforced by construction: `NetworkMode: none` leaves the container only loopback, so with the default composition nothing leaves. A host that composes `@openma/egress`'s `GatewayEgressPort` as `options.credentialEgress` gets one gateway per container, its socket bound at 127.0.0.1:3128 inside the container's own namespace: the only way out, applying the environment's networking and substituting `environment_variable` credentials (reported at runtime as `credentialMode: live`, http/https; proved against real containers in packages/drivers/node-docker/src/gateway.test.ts). The serve composition does not wire the gateway yet, so this table claims no credential mode. An operator `networkMode` other than `none` is refused with the gateway and makes the driver report `unsupported`.",
+      "Egress is enforced by construction: `NetworkMode: none` leaves the container only loopback. `openma serve` composes `@openma/egress`'s gateway into every session container (`OPENMA_EGRESS=on`, the default; ADR 0020), its socket bound at 127.0.0.1:3128 inside the container's own namespace: the only way out, applying the environment's networking and substituting `environment_variable` vault credentials over intercepted HTTPS (`credentialMode: live`; proved against real containers in packages/drivers/node-docker/src/gateway.test.ts and through a real `openma serve` with the official SDK in test/serve/egress.test.ts). The bind needs the server to run as root on the Docker host: a non-root server (or `OPENMA_EGRESS=off`) warns and its containers have no network and no credentials. An operator `networkMode` other than `none` is refused with the gateway and makes the driver report `unsupported`.",
       "Secrets reach the container through stdin into a tmpfs, never argv or `docker inspect`-visible environment.",
       "Harness lanes as shipped: `ama_worker` (`openma runtime-host`: the official EnvironmentWorker inside the sandbox, its only way out a unix socket bridged to the control plane's API) and `openma_supervised` (`@openma/supervisor`); both run end to end on this driver in `npm run test:integration:runtime`.",
       "A container outlives a crashed host: the runtime host labels its containers with its identity and removes its predecessor's at start; compute whose kill fails is an orphan record the reaper retries.",

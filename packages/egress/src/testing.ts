@@ -28,7 +28,8 @@ export interface TestUpstreams {
   close(): Promise<void>;
 }
 
-function hostIpv4(): string {
+/** The host's first non-loopback IPv4 address: where test servers listen so sandboxes can reach them through a gateway. */
+export function hostIpv4(): string {
   const nic = Object.values(networkInterfaces())
     .flat()
     .find((n) => n && n.family === "IPv4" && !n.internal);
@@ -258,4 +259,9 @@ export function expectNoLeak(scan: string, placeholder: string, secret: string):
   expect(scan).toContain(placeholder); // the scan does see the environment
   expect(scan).not.toContain(secret);
   expect(scan).not.toContain("PRIVATE KEY");
+}
+
+/** A port as `openma serve` composes it into its drivers, for tests that compare declared capabilities (never opened). */
+export function composedPort(): GatewayEgressPort {
+  return new GatewayEgressPort({ configFor: async () => ({ networking: { type: "unrestricted" }, credentials: [] }) });
 }

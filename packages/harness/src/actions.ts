@@ -12,6 +12,8 @@ import { draft, withSession } from "./append.ts";
 import { type SessionContext, serverToolContext } from "./context.ts";
 import type { LogState, ToolUseRecord } from "./log.ts";
 import type { Action, TurnOutcome } from "./plan.ts";
+import { redactOutcome } from "./redaction.ts";
+import { SessionCredentials } from "./server-tools/vault-credentials.ts";
 import { isDescribedError } from "./server-tools.ts";
 import { exposedNameFor } from "./tools.ts";
 import { runSandboxTool } from "./toolset/index.ts";
@@ -71,6 +73,13 @@ async function execute(
   return { content: [{ type: "text", text: out.text }], isError: out.isError };
 }
 
+/** The outcome with the secrets of the session's vaults redacted; loaded per result, so a rotated secret is known. */
+async function redacted(deps: TurnRunnerDeps, ctx: SessionContext, outcome: Outcome): Promise<Outcome> {
+  if (ctx.vaultIds.length === 0) return outcome;
+  const credentials = await SessionCredentials.load(deps.storage, ctx.vaultIds, { secrets: deps.secrets });
+  return redactOutcome(credentials.redactor, outcome);
+}
+
 /** Returns the turn's outcome when it ends here, or null to plan the next step. */
 export async function actStep(
   deps: TurnRunnerDeps,
@@ -89,6 +98,8 @@ export async function actStep(
   }
   if (watch.reason === "outer") return { type: "interrupted" };
   if (watch.reason === "terminated") return { type: "failed", error: "the session was terminated during the turn" };
+  // No result is logged with a vault secret in it, whichever tool produced it (a sandbox's upstream may echo one).
+  result = await redacted(deps, ctx, result);
   // After a user interrupt the result (usually "aborted") is still recorded: it is what happened to the call.
   // The Messages API refuses empty text blocks.
   const nonEmpty = result.content.filter((c) => c.type !== "text" || c.text !== "");

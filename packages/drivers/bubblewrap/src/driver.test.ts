@@ -1,5 +1,6 @@
 import { conformanceOf, type DriverConformance } from "@openma/contract/conformance";
 import { describeDriver } from "@openma/driver-suite";
+import { composedPort } from "@openma/egress/testing";
 import { describe, expect, it } from "vitest";
 import { BubblewrapSandbox } from "./driver.ts";
 import { assertBwrapInstalled, bubblewrapUnderTest } from "./test-support.ts";
@@ -14,9 +15,9 @@ describe("bubblewrap prerequisites", () => {
 describeDriver("bubblewrap", () => bubblewrapUnderTest());
 
 describe("conformance entry", () => {
-  it("claims exactly what a driver configured for egress declares", () => {
+  it("claims exactly what a driver composed with the egress gateway (as openma serve does) declares", () => {
     const entry = conformanceOf("bubblewrap") as DriverConformance;
-    const driver = new BubblewrapSandbox({ stateRoot: "/nonexistent-not-created", network: { mode: "proxy", allow: ["example.com"] } });
+    const driver = new BubblewrapSandbox({ stateRoot: "/nonexistent-not-created", credentialEgress: composedPort() });
     expect(driver.capabilities.provider).toBe(entry.capabilities.provider);
     expect(driver.capabilities.lifecycle).toEqual(entry.capabilities.sandbox);
     expect(driver.capabilities.credentialEgress).toEqual(entry.capabilities.credentialEgress);

@@ -190,8 +190,9 @@ export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPo
   readonly #hostname: string;
   readonly #seccomp: Buffer | null;
   readonly #cgroup: SandboxCgroups | null;
-  readonly #live = new Map<string, Live>();
-  readonly #locks = new Map<string, Promise<unknown>>();
+  // Shared with every `withExtras` sibling, so leases of one are live (and locked) for the others.
+  #live = new Map<string, Live>();
+  #locks = new Map<string, Promise<unknown>>();
   #ready: Promise<{ ok: true; base: MountEntry[]; seccompFile: string | null } | { ok: false; reason: string }> | null = null;
 
   constructor(options: BubblewrapOptions = {}) {
@@ -256,6 +257,22 @@ export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPo
       // No route out but the proxy (or none at all): the namespace has only loopback.
       credentialEgress: gateway ? gateway.capabilities : { enforcement: "enforced", interceptedProtocols: proxy ? ["http", "https"] : [] },
     };
+  }
+
+  /**
+   * The same driver with more binds and variables for the sandboxes it starts (an environment's package
+   * prefix); leases of either are heartbeated, used and terminated through both.
+   */
+  withExtras(extra: { binds?: readonly ExtraBind[]; env?: Readonly<Record<string, string>> }): BubblewrapSandbox {
+    const options = this.#options;
+    const sibling = new BubblewrapSandbox({
+      ...options,
+      binds: [...(options.binds ?? []), ...(extra.binds ?? [])],
+      env: { ...options.env, ...extra.env },
+    });
+    sibling.#live = this.#live;
+    sibling.#locks = this.#locks;
+    return sibling;
   }
 
   /** One-time host checks and files shared by every runtime; a failure is reported by acquire, not thrown. */

@@ -203,7 +203,8 @@ export class NodeDockerSandbox implements ManagedSandboxPort, SandboxInventoryPo
   readonly docker: Docker;
   readonly #options: NodeDockerSandboxOptions;
   readonly #limits: ResourceLimits;
-  readonly #gateways = new Map<string, LiveGateway>();
+  /** Shared with every `forImage` sibling, so a lease acquired on one is closed by a terminate on another. */
+  #gateways = new Map<string, LiveGateway>();
   readonly #user: { uid: number; gid: number };
 
   constructor(options: NodeDockerSandboxOptions) {
@@ -246,7 +247,9 @@ export class NodeDockerSandbox implements ManagedSandboxPort, SandboxInventoryPo
 
   /** The same driver on another image (an environment's package layer); leases of either work on both. */
   forImage(image: string): NodeDockerSandbox {
-    return new NodeDockerSandbox({ ...this.#options, image, docker: this.docker });
+    const sibling = new NodeDockerSandbox({ ...this.#options, image, docker: this.docker });
+    sibling.#gateways = this.#gateways;
+    return sibling;
   }
 
   /** The image new containers start from. */

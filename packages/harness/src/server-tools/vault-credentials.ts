@@ -14,7 +14,10 @@
  */
 import { openVaultSecret, type SecretBox, SecretBoxError, type Storage, sealVaultSecret } from "@openma/storage";
 import { z } from "zod";
+import { SecretRedactor } from "../redaction.ts";
 import { environmentAllowedHosts, hostMatchesAnyPattern, patternCoveredBy } from "./host-policy.ts";
+
+export { SecretRedactor };
 
 const networkingSchema = z.discriminatedUnion("type", [
   z.object({ type: z.literal("unrestricted") }),
@@ -92,29 +95,6 @@ export class CredentialUnreadableError extends CredentialAuthError {
   constructor(credential: StoredCredential) {
     super(credential.unreadable ?? `vault credential ${credential.id} is unreadable`, credential.id, credential.vaultId);
     this.name = "CredentialUnreadableError";
-  }
-}
-
-/**
- * Replaces every known secret (and its URL- and JSON-escaped forms) with a
- * marker. Applied to all tool output and error text as a last line of
- * defence: a third party may echo a header back.
- */
-export class SecretRedactor {
-  private needles: string[] = [];
-
-  add(secret: string | undefined): void {
-    if (!secret) return;
-    const forms = new Set([secret, encodeURIComponent(secret), JSON.stringify(secret).slice(1, -1)]);
-    for (const form of forms) if (form.length > 0 && !this.needles.includes(form)) this.needles.push(form);
-    // Longest first, so a secret that contains another is replaced whole.
-    this.needles.sort((a, b) => b.length - a.length);
-  }
-
-  redact(text: string): string {
-    let out = text;
-    for (const needle of this.needles) if (out.includes(needle)) out = out.split(needle).join("[redacted credential]");
-    return out;
   }
 }
 
