@@ -15,6 +15,7 @@ import { WebFetchExecutor } from "@openma/harness/server-tools/web-fetch";
 import { type OpenmaMetrics, openmaMetrics } from "@openma/metrics";
 import { newId, openStorage, resealVaultCredentialSecrets, type Storage, sweepStaging, systemClock } from "@openma/storage";
 import type { BlobStore } from "@openma/storage/blobs";
+import type { Scheduler } from "@openma/time";
 import type { Tracer } from "@opentelemetry/api";
 import pino from "pino";
 import { ensureAdminKey } from "./admin-key.ts";
@@ -57,6 +58,14 @@ export interface StartOptions {
   deps?: Partial<ApiDeps>;
   /** Sandbox availability probes (tests); default: this host's. */
   sandboxProbes?: AvailabilityProbes;
+  /**
+   * What the deployment scheduler waits on between ticks (default: real
+   * timers). Only code that starts the server in-process can set it (with
+   * `deps.clock`): a test entry point drives both (test/support/serve-clocked.ts);
+   * no variable, file or request reaches it, so a production process cannot be
+   * made to run on another clock.
+   */
+  schedulerTimers?: Scheduler;
 }
 
 export function createLogger(level: string): Logger {
@@ -167,7 +176,7 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
       })
     : null;
 
-  const automation = startAutomation(config.automation, deps);
+  const automation = startAutomation(config.automation, deps, opts.schedulerTimers);
 
   let closing: Promise<void> | null = null;
   let draining: Promise<void> | null = null;
