@@ -5,7 +5,7 @@
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { serve } from "@hono/node-server";
-import { type ApiDeps, createApp, type Logger, TransferSlots } from "@openma/api";
+import { type ApiDeps, createApp, type Logger, TransferSlots, withDreams } from "@openma/api";
 import { mountConsole } from "@openma/console";
 import { ExecutionWorker } from "@openma/execution";
 import { harnessRunner } from "@openma/execution/harness-runner";
@@ -274,13 +274,14 @@ async function startBrain(
   const sandboxes = isRemoteSandbox(choice)
     ? await openRemoteServeSandboxes(choice, process.env, common)
     : await openServeSandboxes({ choice, ...common, probes, provisioner });
-  const model = createAnthropicModel({ baseURL: config.model.baseUrl, apiKey: config.model.apiKey });
+  const unmetered = createAnthropicModel({ baseURL: config.model.baseUrl, apiKey: config.model.apiKey });
+  const model = metrics ? meteredModel(unmetered, metrics, tracer) : unmetered;
   const runner = harnessRunner({
     storage: deps.storage,
     clock: deps.clock,
     ids: deps.ids,
     logger: deps.logger,
-    model: metrics ? meteredModel(model, metrics, tracer) : model,
+    model,
     sandboxes,
     secrets: deps.secrets,
     serverTools: [new WebFetchExecutor()],
@@ -290,7 +291,8 @@ async function startBrain(
   });
   const worker = new ExecutionWorker({
     storage: deps.storage,
-    runner: tracer ? tracedRunner(runner, tracer) : runner,
+    // Dreams are queued beside sessions (ADR 0021): the same claims, leases and attempts.
+    runner: withDreams(tracer ? tracedRunner(runner, tracer) : runner, { storage: deps.storage, clock: deps.clock, ids: deps.ids, model }),
     logger: deps.logger,
     concurrency: config.brain.concurrency,
     leaseTtlMs: config.brain.leaseTtlMs,
