@@ -58,7 +58,13 @@ describe.each(BACKENDS)("dreams on %s", (dialect) => {
       OPENMA_BRAIN: "on",
       OPENMA_MODEL_BASE_URL: model.url,
       OPENMA_MODEL_API_KEY: MODEL_KEY,
+      OPENMA_WEBHOOKS: "off",
     });
+    // Webhooks stay undelivered here (OPENMA_WEBHOOKS off): the outbox shows what a dream reports.
+    await t.client.beta.organization.webhooks.create(
+      { url: "https://hooks.example.com/openma", enabled_events: ["memory_store.created"] as never },
+      { headers: { "anthropic-beta": "webhooks-2026-10-07" } },
+    );
     const store = await t.client.beta.memoryStores.create({ name: "user notes" });
     storeId = store.id;
     await t.client.beta.memoryStores.memories.create(storeId, { path: "/preferences/coffee.md", content: "Drinks coffee black." });
@@ -140,6 +146,10 @@ describe.each(BACKENDS)("dreams on %s", (dialect) => {
       "modified /preferences/coffee.md",
     ]);
     expect((await t.client.beta.memoryStores.retrieve(output)).name).toContain(created.id);
+    const outbox = await t.store.storage.db.selectFrom("webhook_deliveries").select(["event_type", "payload"]).execute();
+    expect(outbox.filter((d) => (JSON.parse(d.payload) as { data: { id: string } }).data.id === output).map((d) => d.event_type)).toEqual([
+      "memory_store.created",
+    ]);
   }, 120_000);
 
   it("update_existing rewrites the input store with versions and holds it against a second such dream", async () => {

@@ -16,6 +16,7 @@
  */
 import type { TurnRunner } from "@openma/execution";
 import { type Clock, type Database, type IdFactory, type MemoryRow, type Storage, sha256Hex, toIso } from "@openma/storage";
+import { recordWebhookEvents } from "@openma/webhooks";
 import type { Transaction } from "kysely";
 import { z } from "zod";
 import { changeDream, type Dream, type DreamUsage, inputSessionsOf, inputStoreOf, outputStoreOf, ZERO_USAGE } from "./dreams.ts";
@@ -163,6 +164,8 @@ async function copyStore(deps: DreamJobDeps, trx: Transaction<Database>, d: Drea
     .insertInto("memory_stores")
     .values({ id: store.id, body: JSON.stringify(store), created_at: now, updated_at: now, archived_at: null })
     .execute();
+  // The one webhook event a dream's work maps to in the SDK's list: its output store was created.
+  await recordWebhookEvents(trx, deps, [{ type: "memory_store.created", id: store.id, orderKey: store.id, orderSeq: 0 }]);
   const actor = await ownerActor(trx, d.id);
   const memories = await trx.selectFrom("memories").selectAll().where("memory_store_id", "=", inputId).execute();
   for (const m of memories) await writeMemory(deps, trx, store.id, actor, now, { path: m.path, content: m.content });
