@@ -42,7 +42,6 @@ describe.each(BACKENDS)("dreams on %s", (dialect) => {
       apiKey: MODEL_KEY,
       scheduler: held,
       script: [
-        { label: "session", match: { last_user_text_contains: "oat milk" }, response: "Noted: oat milk from now on." },
         // Held until the test advances the model's clock: the cancel test's dream is mid-request meanwhile.
         {
           label: "held",
@@ -52,6 +51,8 @@ describe.each(BACKENDS)("dreams on %s", (dialect) => {
         },
         { label: "in-place", match: { system_matches: "IN-PLACE" }, response: JSON.stringify(IN_PLACE) },
         { label: "merge", match: { system_matches: REORGANIZE }, response: `Here is the set:\n${JSON.stringify(MERGED)}` },
+        // Last: a dream's prompt quotes the session, so the dream turns (guarded by their system prompt) come first.
+        { label: "session", match: { last_user_text_contains: "oat milk" }, response: "Noted: oat milk from now on." },
       ],
     });
     t = await startTestServer(dialect, {
@@ -77,7 +78,10 @@ describe.each(BACKENDS)("dreams on %s", (dialect) => {
     await t.client.beta.sessions.events.send(sessionId, {
       events: [{ type: "user.message", content: [{ type: "text", text: "Remember: I switched to oat milk." }] }],
     });
-    await until(async () => (await t.client.beta.sessions.retrieve(sessionId)).status === "idle", "the session's turn");
+    await until(
+      async () => (await t.client.beta.sessions.events.list(sessionId)).data.some((e) => e.type === "agent.message"),
+      "the session's answer",
+    );
   }, 120_000);
   afterAll(async () => {
     await t?.close();
@@ -132,6 +136,7 @@ describe.each(BACKENDS)("dreams on %s", (dialect) => {
     expect(prompt).toContain("Drinks coffee black.");
     expect(prompt).toContain("Takes milk in coffee.");
     expect(prompt).toContain("I switched to oat milk.");
+    expect(prompt).toContain("Noted: oat milk from now on.");
 
     expect((await memoriesOf(output)).map(({ path, content }) => ({ path, content }))).toEqual(MERGED.memories);
     expect(await memoriesOf(storeId)).toEqual(before);
