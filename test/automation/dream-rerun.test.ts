@@ -70,4 +70,26 @@ describe.each(BACKENDS)("a dream re-run after a failed attempt on %s", (dialect)
     expect(await client.beta.dreams.retrieve(dream.id)).toEqual(done);
     expect(model.requests).toHaveLength(2);
   });
+
+  it("fails a dream whose inputs cannot fit one request, before it creates an output store", async () => {
+    const deps = automationDeps(store.storage, new ManualClock(Date.parse("2026-06-02T00:00:00.000Z")), KEY);
+    const client = inProcessClient(deps, KEY);
+    const big = await client.beta.memoryStores.create({ name: "big" });
+    for (let i = 0; i < 7; i++) await client.beta.memoryStores.memories.create(big.id, { path: `/m${i}.md`, content: "x".repeat(100_000) });
+    const [session] = (await client.beta.sessions.list()).data;
+    const dream = await client.beta.dreams.create({
+      inputs: [
+        { type: "memory_store", memory_store_id: big.id },
+        { type: "sessions", session_ids: [session?.id as string] },
+      ],
+      model: "claude-dream-1",
+    });
+    const before = await store.storage.db.selectFrom("memory_stores").select("id").execute();
+    const port = createAnthropicModel({ baseURL: model.url, apiKey: MODEL_KEY });
+    await runDream({ storage: store.storage, clock: deps.clock, ids: deps.ids, model: port }, dream.id, new AbortController().signal);
+    const failed = await client.beta.dreams.retrieve(dream.id);
+    expect(failed).toMatchObject({ status: "failed", outputs: [], error: { type: "input_too_large" } });
+    expect(await store.storage.db.selectFrom("memory_stores").select("id").execute()).toEqual(before);
+    expect(model.requests).toHaveLength(2);
+  });
 });

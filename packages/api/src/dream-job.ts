@@ -19,7 +19,7 @@ import { type Clock, type Database, type IdFactory, type MemoryRow, type Storage
 import { recordWebhookEvents } from "@openma/webhooks";
 import type { Transaction } from "kysely";
 import { z } from "zod";
-import { changeDream, type Dream, type DreamUsage, inputSessionsOf, inputStoreOf, outputStoreOf, ZERO_USAGE } from "./dreams.ts";
+import { changeDream, type Dream, type DreamUsage, inputSessionsOf, inputStoreOf, loadDream, outputStoreOf, ZERO_USAGE } from "./dreams.ts";
 import { insertMemoryVersion, type MemoryVersionWrite } from "./memories.ts";
 import type { Actor } from "./memory-access.ts";
 import { lockStoreForWrite } from "./memory-access.ts";
@@ -48,6 +48,8 @@ export interface DreamJobDeps {
 
 /** Transcript text per session the model sees at most (the newest part is kept). */
 const MAX_TRANSCRIPT_CHARS = 60_000;
+/** The whole prompt at most (memories are never cut: a store too large for one request fails the dream instead). */
+const MAX_PROMPT_CHARS = 600_000;
 
 const SYSTEM = [
   "You reorganize an agent's memory store. You get its current memories (path and content) and transcripts of past sessions.",
@@ -95,9 +97,21 @@ async function failDream(deps: DreamJobDeps, id: string, type: string, message: 
 const END_TURN = { type: "idle", stopReason: "end_turn" } as const;
 
 export async function runDream(deps: DreamJobDeps, id: string, signal: AbortSignal) {
+  const queued = await loadDream(deps.storage.db, id);
+  if (queued.status !== "pending" && queued.status !== "running") return END_TURN;
+  // The inputs are read before the start step: a dream whose inputs cannot fit one request fails without an output store.
+  const prompt = await renderInputs(deps.storage, queued);
+  if (prompt.length > MAX_PROMPT_CHARS) {
+    await failDream(
+      deps,
+      id,
+      "input_too_large",
+      `the memory store and sessions come to ${prompt.length} characters; a dream reads at most ${MAX_PROMPT_CHARS}`,
+    );
+    return END_TURN;
+  }
   const started = await startDream(deps, id);
   if (!started) return END_TURN;
-  const prompt = await renderInputs(deps.storage, started);
   const attempt = await deps.model.send(
     {
       model: started.model.id,
