@@ -16,6 +16,7 @@ import { fileURLToPath } from "node:url";
 import Anthropic from "@anthropic-ai/sdk";
 import { openTestStorage, type TestStorage } from "@openma/storage/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { minutelyDeployment } from "../support/automation.ts";
 
 const REPO_ROOT = fileURLToPath(new URL("../..", import.meta.url));
 const ENTRY = join(REPO_ROOT, "test/support/serve-clocked.ts");
@@ -114,15 +115,7 @@ describe("two openma serve processes on one Postgres", () => {
     servers.push(...(await Promise.all([startServer(store, START), startServer(store, START)])));
     dataDirs.push(...servers.map((s) => s.dataDir));
     const client = new Anthropic({ baseURL: (servers[0] as Server).url, apiKey: KEY, maxRetries: 0 });
-    const agent = await client.beta.agents.create({ name: "ticker", model: "claude-sonnet-4-5" });
-    const env = await client.beta.environments.create({ name: "cloud" });
-    const deployment = await client.beta.deployments.create({
-      agent: agent.id,
-      environment_id: env.id,
-      initial_events: [{ type: "user.message", content: [{ type: "text", text: "tick" }] }],
-      name: "every minute",
-      schedule: { type: "cron", expression: "* * * * *", timezone: "UTC" },
-    });
+    const deployment = await minutelyDeployment(client);
 
     let kills = 0;
     for (let b = 0; b < TICKS / BATCH; b++) {
