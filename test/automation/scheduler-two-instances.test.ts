@@ -8,7 +8,7 @@
 import { ManualClock, openStorage } from "@openma/storage";
 import { openTestStorage, TEST_DATABASE_URL, type TestStorage } from "@openma/storage/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { automationDeps, inProcessClient, testScheduler } from "../support/automation.ts";
+import { automationDeps, inProcessClient, minutelyDeployment, testScheduler } from "../support/automation.ts";
 
 const KEY = "sk-ant-api03-scheduler-test-key-0123456789";
 const TICKS = 1000;
@@ -30,15 +30,7 @@ describe("two schedulers on one Postgres", () => {
     const depsA = automationDeps(store.storage, clock, KEY);
     const depsB = automationDeps(second, clock, KEY);
     const client = inProcessClient(depsA, KEY);
-    const agent = await client.beta.agents.create({ name: "ticker", model: "claude-sonnet-4-5" });
-    const env = await client.beta.environments.create({ name: "cloud" });
-    const deployment = await client.beta.deployments.create({
-      agent: agent.id,
-      environment_id: env.id,
-      initial_events: [{ type: "user.message", content: [{ type: "text", text: "tick" }] }],
-      name: "every minute",
-      schedule: { type: "cron", expression: "* * * * *", timezone: "UTC" },
-    });
+    const deployment = await minutelyDeployment(client);
     const a = testScheduler(depsA);
     const b = testScheduler(depsB);
     let fired = 0;

@@ -41,6 +41,10 @@ const FIXTURE_OF: Record<string, string> = {
   deployment_id: "deployment",
   deployment_run_id: "deploymentrun",
   endpoint_id: "webhook",
+  dream_id: "dream",
+  user_profile_id: "userprofile",
+  tunnel_id: "tunnel",
+  certificate_id: "tunnelcert",
 };
 
 /** The worker's calls, made with the environment key. */

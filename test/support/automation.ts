@@ -41,3 +41,16 @@ export function inProcessClient(deps: ApiDeps, apiKey: string): Anthropic {
     fetch: async (input: string | URL | Request, init?: RequestInit) => app.fetch(new Request(input, init)),
   });
 }
+
+/** An agent, an environment and a deployment firing every minute (UTC): what the scheduler tests tick. */
+export async function minutelyDeployment(client: Anthropic): Promise<{ id: string }> {
+  const agent = await client.beta.agents.create({ name: "ticker", model: "claude-sonnet-4-5" });
+  const env = await client.beta.environments.create({ name: "cloud" });
+  return client.beta.deployments.create({
+    agent: agent.id,
+    environment_id: env.id,
+    initial_events: [{ type: "user.message", content: [{ type: "text", text: "tick" }] }],
+    name: "every minute",
+    schedule: { type: "cron", expression: "* * * * *", timezone: "UTC" },
+  });
+}

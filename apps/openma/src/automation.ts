@@ -6,7 +6,7 @@
  */
 import { type ApiDeps, runDeployment } from "@openma/api";
 import { DeploymentScheduler } from "@openma/scheduler";
-import { realScheduler } from "@openma/time";
+import { realScheduler, type Scheduler } from "@openma/time";
 import { WebhookDeliveryWorker } from "@openma/webhooks";
 import type { ServerConfig } from "./config.ts";
 
@@ -14,12 +14,13 @@ export interface Automation {
   stop(): Promise<void>;
 }
 
-export function startAutomation(config: ServerConfig["automation"], deps: ApiDeps): Automation {
+/** `schedulerTimers`: the scheduler's waits between ticks (tests drive them with their clock); default real timers. */
+export function startAutomation(config: ServerConfig["automation"], deps: ApiDeps, schedulerTimers: Scheduler = realScheduler): Automation {
   const scheduler = config.scheduler
     ? new DeploymentScheduler({
         db: deps.storage.db,
         clock: deps.clock,
-        scheduler: realScheduler,
+        scheduler: schedulerTimers,
         logger: deps.logger,
         intervalMs: config.schedulerIntervalMs,
         fire: async (id, at) => (await runDeployment(deps, id, { type: "schedule", scheduledAtMs: at })).outcome,

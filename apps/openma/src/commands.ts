@@ -4,12 +4,13 @@ import { CLIENT_USAGE, clientCommand } from "./cli/index.ts";
 import { loadConfig } from "./config.ts";
 import { doctorCommand } from "./doctor.ts";
 import { startConfiguredRuntimeHost } from "./runtime-host.ts";
-import { createLogger, openBlobStore, startServer } from "./server.ts";
+import { createLogger, openBlobStore, type StartOptions, startServer } from "./server.ts";
 import { describeStandIn, STANDIN_USAGE, startStandIn } from "./standin.ts";
 
-async function serveCommand(): Promise<void> {
+/** `openma serve`; `opts` only from code that runs it in-process (a test entry point injecting a clock). */
+export async function serveCommand(opts: StartOptions = {}): Promise<void> {
   const config = loadConfig();
-  const server = await startServer(config);
+  const server = await startServer(config, opts);
   const backend = server.storage.dialect === "postgres" ? "PostgreSQL" : `SQLite in ${config.dataDir}`;
   process.stdout.write(`OpenMA listening on ${server.url} (storage: ${backend})\n`);
   if (server.generatedApiKey) {

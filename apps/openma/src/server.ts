@@ -5,7 +5,7 @@
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { serve } from "@hono/node-server";
-import { type ApiDeps, createApp, type Logger, TransferSlots } from "@openma/api";
+import { type ApiDeps, createApp, type Logger, TransferSlots, withDreams } from "@openma/api";
 import { mountConsole } from "@openma/console";
 import { ExecutionWorker } from "@openma/execution";
 import { harnessRunner } from "@openma/execution/harness-runner";
@@ -15,6 +15,7 @@ import { WebFetchExecutor } from "@openma/harness/server-tools/web-fetch";
 import { type OpenmaMetrics, openmaMetrics } from "@openma/metrics";
 import { newId, openStorage, resealVaultCredentialSecrets, type Storage, sweepStaging, systemClock } from "@openma/storage";
 import type { BlobStore } from "@openma/storage/blobs";
+import type { Scheduler } from "@openma/time";
 import type { Tracer } from "@opentelemetry/api";
 import pino from "pino";
 import { ensureAdminKey } from "./admin-key.ts";
@@ -58,6 +59,14 @@ export interface StartOptions {
   deps?: Partial<ApiDeps>;
   /** Sandbox availability probes (tests); default: this host's. */
   sandboxProbes?: AvailabilityProbes;
+  /**
+   * What the deployment scheduler waits on between ticks (default: real
+   * timers). Only code that starts the server in-process can set it (with
+   * `deps.clock`): a test entry point drives both (test/support/serve-clocked.ts);
+   * no variable, file or request reaches it, so a production process cannot be
+   * made to run on another clock.
+   */
+  schedulerTimers?: Scheduler;
 }
 
 export function createLogger(level: string): Logger {
@@ -168,7 +177,7 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
       })
     : null;
 
-  const automation = startAutomation(config.automation, deps);
+  const automation = startAutomation(config.automation, deps, opts.schedulerTimers);
 
   let closing: Promise<void> | null = null;
   let draining: Promise<void> | null = null;
@@ -268,13 +277,14 @@ async function startBrain(
   const sandboxes = isRemoteSandbox(choice)
     ? await openRemoteServeSandboxes(choice, process.env, common)
     : await openServeSandboxes({ choice, ...common, probes, provisioner, egress, registries: config.brain.registries });
-  const model = createAnthropicModel({ baseURL: config.model.baseUrl, apiKey: config.model.apiKey });
+  const unmetered = createAnthropicModel({ baseURL: config.model.baseUrl, apiKey: config.model.apiKey });
+  const model = metrics ? meteredModel(unmetered, metrics, tracer) : unmetered;
   const runner = harnessRunner({
     storage: deps.storage,
     clock: deps.clock,
     ids: deps.ids,
     logger: deps.logger,
-    model: metrics ? meteredModel(model, metrics, tracer) : model,
+    model,
     sandboxes,
     secrets: deps.secrets,
     serverTools: [new WebFetchExecutor()],
@@ -284,7 +294,8 @@ async function startBrain(
   });
   const worker = new ExecutionWorker({
     storage: deps.storage,
-    runner: tracer ? tracedRunner(runner, tracer) : runner,
+    // Dreams are queued beside sessions (ADR 0021): the same claims, leases and attempts.
+    runner: withDreams(tracer ? tracedRunner(runner, tracer) : runner, { storage: deps.storage, clock: deps.clock, ids: deps.ids, model }),
     logger: deps.logger,
     concurrency: config.brain.concurrency,
     leaseTtlMs: config.brain.leaseTtlMs,

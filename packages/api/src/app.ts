@@ -11,12 +11,15 @@ import { ApiError } from "./errors.ts";
 import { openApiDocument } from "./openapi.ts";
 import { agentRoutes } from "./routes/agents.ts";
 import { deploymentRoutes, deploymentRunRoutes } from "./routes/deployments.ts";
+import { dreamRoutes } from "./routes/dreams.ts";
 import { environmentRoutes } from "./routes/environments.ts";
 import { eventRoutes } from "./routes/events.ts";
 import { fileRoutes } from "./routes/files.ts";
 import { memoryStoreRoutes } from "./routes/memory-stores.ts";
 import { sessionRoutes } from "./routes/sessions.ts";
 import { skillRoutes } from "./routes/skills.ts";
+import { tunnelRoutes } from "./routes/tunnels.ts";
+import { userProfileRoutes } from "./routes/user-profiles.ts";
 import { vaultRoutes } from "./routes/vaults.ts";
 import { webhookEndpointRoutes } from "./routes/webhooks.ts";
 import { workRoutes } from "./routes/work.ts";
@@ -103,6 +106,9 @@ export function createApp(deps: ApiDeps, info: AppInfo = { version: "0.0.0" }): 
   app.route("/v1/deployments", deploymentRoutes());
   app.route("/v1/deployment_runs", deploymentRunRoutes());
   app.route("/v1/organizations/webhooks", webhookEndpointRoutes());
+  app.route("/v1/dreams", dreamRoutes());
+  app.route("/v1/user_profiles", userProfileRoutes());
+  app.route("/v1/tunnels", tunnelRoutes());
   return app;
 }
 

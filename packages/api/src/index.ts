@@ -1,6 +1,7 @@
 export * from "./app.ts";
 export * from "./auth.ts";
 export * from "./context.ts";
+export { type DreamJobDeps, type DreamModel, runDream, withDreams } from "./dream-job.ts";
 export * from "./errors.ts";
 export * from "./event-log.ts";
 export * from "./previews.ts";

@@ -12,7 +12,7 @@ import type { Context, Hono } from "hono";
 import type { Transaction } from "kysely";
 import type { AppEnv } from "./context.ts";
 import { ApiError, badRequest, notFound } from "./errors.ts";
-import { actorJson, actorOf, loadMemoryStore, lockStoreForWrite, type MemoryCaller, memoryCaller } from "./memory-access.ts";
+import { type Actor, actorJson, actorOf, loadMemoryStore, lockStoreForWrite, type MemoryCaller, memoryCaller } from "./memory-access.ts";
 import { ancestorsOf, prefixUpperBound, rollupOf } from "./memory-paths.ts";
 import { decodeCursor, encodeCursor } from "./pagination.ts";
 import {
@@ -136,12 +136,17 @@ interface VersionInput {
   now: string;
 }
 
-async function appendVersion(trx: Transaction<Database>, c: Context<AppEnv>, v: VersionInput): Promise<string> {
-  const id = newIdFor(c, "memver");
+/** One `memory_versions` row: the change a writer (a request, or a dream on its creator's behalf) made to a memory. */
+export interface MemoryVersionWrite extends Omit<VersionInput, "createdBy"> {
+  id: string;
+  actor: Actor;
+}
+
+export async function insertMemoryVersion(trx: Transaction<Database>, v: MemoryVersionWrite): Promise<void> {
   await trx
     .insertInto("memory_versions")
     .values({
-      id,
+      id: v.id,
       memory_id: v.memoryId,
       memory_store_id: v.storeId,
       operation: v.operation,
@@ -149,12 +154,18 @@ async function appendVersion(trx: Transaction<Database>, c: Context<AppEnv>, v: 
       content: v.content,
       content_sha256: v.content === null ? null : sha256Hex(v.content),
       content_size_bytes: v.content === null ? null : Buffer.byteLength(v.content, "utf8"),
-      created_by: actorJson(actorOf(v.createdBy)),
+      created_by: actorJson(v.actor),
       created_at: v.now,
       redacted_at: null,
       redacted_by: null,
     })
     .execute();
+}
+
+async function appendVersion(trx: Transaction<Database>, c: Context<AppEnv>, v: VersionInput): Promise<string> {
+  const { createdBy, ...rest } = v;
+  const id = newIdFor(c, "memver");
+  await insertMemoryVersion(trx, { ...rest, id, actor: actorOf(createdBy) });
   return id;
 }
 

@@ -14,8 +14,11 @@ import { createDocument, type ZodOpenApiOperationObject, type ZodOpenApiPathsObj
 import { documentQuery, pageOnlyQuery } from "./pagination.ts";
 import { agentVersionQuery } from "./routes/agents.ts";
 import { deploymentListQuery, deploymentRunListQuery } from "./routes/deployments.ts";
+import { dreamCreateSchema, dreamListQuery } from "./routes/dreams.ts";
 import { eventListQuery, eventStreamQuery } from "./routes/events.ts";
 import { sessionListPageQuery } from "./routes/sessions.ts";
+import { certificateCreateSchema, tunnelCreateSchema, tunnelListQuery, tunnelRotateTokenSchema } from "./routes/tunnels.ts";
+import { actionUrlCreateSchema, userProfileCreateSchema, userProfileListQuery, userProfileUpdateSchema } from "./routes/user-profiles.ts";
 import { webhookCreateSchema, webhookDeliveriesQuery, webhookListQuery, webhookUpdateSchema } from "./routes/webhooks.ts";
 import { workHeartbeatQuery, workPollQuery, workStopBody, workUpdateBody } from "./routes/work.ts";
 import { agentCreateSchema, agentUpdateSchema } from "./schemas/agent.ts";
@@ -220,6 +223,39 @@ export const OPERATIONS: readonly Operation[] = [
       query: webhookDeliveriesQuery,
     },
   ),
+  op("post", "/v1/dreams", "createDream", "Start a dream (reorganizes a memory store from past sessions)", { body: dreamCreateSchema }),
+  op("get", "/v1/dreams", "listDreams", "List dreams", { query: dreamListQuery }),
+  op("get", "/v1/dreams/{dream_id}", "retrieveDream", "Retrieve a dream"),
+  op("post", "/v1/dreams/{dream_id}/cancel", "cancelDream", "Cancel a pending or running dream"),
+  op("post", "/v1/dreams/{dream_id}/archive", "archiveDream", "Archive an ended dream"),
+  op("post", "/v1/user_profiles", "createUserProfile", "Create a user profile", { body: userProfileCreateSchema }),
+  op("get", "/v1/user_profiles", "listUserProfiles", "List user profiles", { query: userProfileListQuery }),
+  op("get", "/v1/user_profiles/{user_profile_id}", "retrieveUserProfile", "Retrieve a user profile"),
+  op("post", "/v1/user_profiles/{user_profile_id}", "updateUserProfile", "Update a user profile", { body: userProfileUpdateSchema }),
+  op("delete", "/v1/user_profiles/{user_profile_id}", "deleteUserProfile", "Delete a user profile"),
+  op(
+    "post",
+    "/v1/user_profiles/{user_profile_id}/enrollment_url",
+    "createUserProfileEnrollmentUrl",
+    "Enrollment URL (not honoured: no hosted page)",
+  ),
+  op("post", "/v1/user_profiles/{user_profile_id}/action_urls", "createUserProfileActionUrl", "Action URL (not honoured: no hosted page)", {
+    body: actionUrlCreateSchema,
+  }),
+  op("post", "/v1/tunnels", "createTunnel", "Create an MCP tunnel record", { body: tunnelCreateSchema }),
+  op("get", "/v1/tunnels", "listTunnels", "List tunnels", { query: tunnelListQuery }),
+  op("get", "/v1/tunnels/{tunnel_id}", "retrieveTunnel", "Retrieve a tunnel"),
+  op("post", "/v1/tunnels/{tunnel_id}/archive", "archiveTunnel", "Archive a tunnel"),
+  op("post", "/v1/tunnels/{tunnel_id}/reveal_token", "revealTunnelToken", "Reveal the tunnel token (not honoured: no tunnel edge)"),
+  op("post", "/v1/tunnels/{tunnel_id}/rotate_token", "rotateTunnelToken", "Rotate the tunnel token (not honoured: no tunnel edge)", {
+    body: tunnelRotateTokenSchema,
+  }),
+  op("post", "/v1/tunnels/{tunnel_id}/certificates", "createTunnelCertificate", "Add a CA certificate to a tunnel", {
+    body: certificateCreateSchema,
+  }),
+  op("get", "/v1/tunnels/{tunnel_id}/certificates", "listTunnelCertificates", "List a tunnel's certificates", { query: tunnelListQuery }),
+  op("get", "/v1/tunnels/{tunnel_id}/certificates/{certificate_id}", "retrieveTunnelCertificate", "Retrieve a tunnel certificate"),
+  op("post", "/v1/tunnels/{tunnel_id}/certificates/{certificate_id}/archive", "archiveTunnelCertificate", "Archive a tunnel certificate"),
 ];
 
 /** One tag per resource family (the second path segment). */
@@ -234,6 +270,9 @@ export const TAG_NAMES: Record<string, string> = {
   deployments: "Deployments: an agent, an environment and initial events, run on a cron schedule or on demand",
   deployment_runs: "Deployment runs: one immutable record per run",
   organizations: "Organization webhook endpoints and their deliveries",
+  dreams: "Dreams: jobs that reorganize a memory store from past sessions",
+  user_profiles: "User profiles of the end users an application acts for",
+  tunnels: "MCP tunnels and the CA certificates they trust (records only: no tunnel edge)",
 };
 
 const errorBody = z

@@ -4,7 +4,7 @@
  * 400, never a 500 or a silent restart from the beginning.
  */
 import type { Database } from "@openma/storage";
-import { type Kysely, sql } from "kysely";
+import { type Kysely, type RawBuilder, sql } from "kysely";
 import { z } from "zod";
 import { badRequest } from "./errors.ts";
 import { queryBool, queryInt } from "./validate.ts";
@@ -70,7 +70,15 @@ export const documentQuery = documentListQuery();
 export const pageOnlyQuery = z.object(pageQuery(100));
 
 /** Tables that keep one JSON document per row under the shared columns id, body, created_at, archived_at. */
-export type DocumentTable = "agents" | "environments" | "vaults" | "vault_credentials" | "memory_stores";
+export type DocumentTable =
+  | "agents"
+  | "environments"
+  | "vaults"
+  | "vault_credentials"
+  | "memory_stores"
+  | "tunnels"
+  | "tunnel_certificates"
+  | "dreams";
 
 export interface DocumentListOptions {
   limit: number;
@@ -80,6 +88,8 @@ export interface DocumentListOptions {
   "created_at[lte]"?: string | undefined;
   /** Only the credentials of this vault (vault_credentials). */
   vaultId?: string;
+  /** Further conditions on the table's own columns (a tunnel's certificates, dreams by status). */
+  where?: RawBuilder<boolean>[];
 }
 
 /** Newest first, keyset on the time-ordered id, archived rows only on request. */
@@ -96,6 +106,7 @@ export async function listDocuments<T>(db: Kysely<Database>, table: DocumentTabl
   if (opts["created_at[gte]"]) query = query.where("created_at", ">=", new Date(opts["created_at[gte]"]).toISOString());
   if (opts["created_at[lte]"]) query = query.where("created_at", "<=", new Date(opts["created_at[lte]"]).toISOString());
   if (opts.vaultId !== undefined) query = query.where(sql<boolean>`vault_id = ${opts.vaultId}`);
+  for (const condition of opts.where ?? []) query = query.where(condition);
   const rows = await query.execute();
   return pageOf(
     rows,

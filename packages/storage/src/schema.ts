@@ -229,6 +229,10 @@ export interface Database {
   deployment_runs: DeploymentRunRow;
   webhook_endpoints: WebhookEndpointRow;
   webhook_deliveries: WebhookDeliveryRow;
+  dreams: DreamRow;
+  user_profiles: DocumentRow;
+  tunnels: DocumentRow;
+  tunnel_certificates: TunnelCertificateRow;
 }
 
 /** One resource fence per runtime scope (times are epoch ms; refs are canonical JSON). */
@@ -384,4 +388,35 @@ export interface WebhookDeliveryRow {
   last_error: string | null;
   created_at_ms: number;
   finished_at_ms: number | null;
+}
+
+/** A dream (migration 0018): `body` is the API document; `status` and `output_store_id` serve the update_existing conflict check. */
+export interface DreamRow {
+  id: string;
+  body: string;
+  status: string;
+  output_store_id: string | null;
+  /** The API key whose memory versions the dream writes (the creator's). */
+  owner_key_id: string;
+  created_at: string;
+  archived_at: string | null;
+}
+
+/** A table of one JSON document per row (user_profiles, tunnels; migration 0018). */
+export interface DocumentRow {
+  id: string;
+  body: string;
+  created_at: string;
+  archived_at: string | null;
+}
+
+/** A CA certificate a tunnel trusts (migration 0018). */
+export interface TunnelCertificateRow {
+  id: string;
+  tunnel_id: string;
+  /** SHA-256 of the certificate's DER, lowercase hex pairs joined by colons. */
+  fingerprint: string;
+  body: string;
+  created_at: string;
+  archived_at: string | null;
 }

@@ -9,9 +9,9 @@
 import { KNOWN_EVENT_TYPES, newSigningSecret, targetProblem } from "@openma/webhooks";
 import { type Context, Hono } from "hono";
 import { z } from "zod";
-import { requireCredential } from "../auth.ts";
+import { betaGate } from "../beta-gate.ts";
 import type { AppEnv } from "../context.ts";
-import { ApiError, badRequest, notFound } from "../errors.ts";
+import { badRequest, notFound } from "../errors.ts";
 import { fromJson, nowIso, pathId } from "../util.ts";
 import { parseJsonBody, parseQuery, queryInt } from "../validate.ts";
 
@@ -73,12 +73,7 @@ async function loadEndpoint(c: Context<AppEnv>, id: string): Promise<Endpoint> {
 
 export function webhookEndpointRoutes(): Hono<AppEnv> {
   const r = new Hono<AppEnv>();
-  r.use("*", async (c, next) => {
-    const betas = (c.req.header("anthropic-beta") ?? "").split(",").map((b) => b.trim());
-    if (!betas.includes(WEBHOOKS_BETA)) throw new ApiError(404, "not_found_error", `no route for ${c.req.method} ${c.req.path}`);
-    requireCredential(c, "api_key");
-    await next();
-  });
+  r.use("*", betaGate(WEBHOOKS_BETA));
 
   r.post("/", async (c) => {
     const input = await parseJsonBody(c, webhookCreateSchema);
