@@ -29,6 +29,10 @@
  *   short-lived `x-modal-auth-token` from `AuthTokenGet`; exec on the task's
  *   command router, `modal.task_command_router.TaskCommandRouter/TaskExecStart`,
  *   with the router JWT as `authorization: Bearer`.
+ * - BoxRun: BoxLite's OpenAPI (`openapi/box.openapi.yaml` of boxlite-ai/boxlite,
+ *   `Authorization: Bearer`, no `{prefix}` slot on a single-tenant server):
+ *   `POST /v1/boxes`, `POST /v1/boxes/{box_id}/exec` (then the attach
+ *   WebSocket), `DELETE /v1/boxes/{box_id}?force=true`.
  */
 import type { CloudStandIn, RecordedRequest } from "@openma/standin-kit";
 import { afterEach, describe, expect, it } from "vitest";
@@ -89,6 +93,13 @@ const DOCUMENTED: Record<Vendor, Documented & { execAuth?: string }> = {
     kill: { method: "POST", path: /^\/modal\.client\.ModalClient\/SandboxTerminateV2$/ },
     userAgent: /^grpc-node-js\//,
   },
+  boxrun: {
+    auth: "authorization",
+    create: { method: "POST", path: /^\/v1\/boxes$/ },
+    exec: { method: "POST", path: /^\/v1\/boxes\/[A-Za-z0-9._-]+\/exec$/ },
+    kill: { method: "DELETE", path: /^\/v1\/boxes\/[A-Za-z0-9._-]+$/ },
+    userAgent: null,
+  },
 };
 
 const never = () => new AbortController().signal;
@@ -145,6 +156,7 @@ describe.each(VENDORS)("the official %s SDK on the wire", (vendor) => {
         expect(request.headerNames).toEqual(
           expect.arrayContaining(["x-modal-token-secret", "x-modal-auth-token", "x-modal-client-version"]),
         );
+    if (vendor === "boxrun") for (const request of kills) expect(request.query).toMatch(/[?&]force=true(&|$)/);
     if (documented.userAgent) for (const request of [...created, ...kills]) expect(request.userAgent).toMatch(documented.userAgent);
 
     // Nothing the SDK sent was refused, and nothing was left behind.

@@ -14,7 +14,7 @@ import type { RemoteRuntimeHostDriver, RemoteSandboxDriver } from "@openma/runti
 import type { DoctorCheck } from "./doctor.ts";
 import { type SandboxBackend, type ServeSandboxes, type ServeSandboxOptions, sessionSandboxes } from "./sandbox.ts";
 
-export const REMOTE_SANDBOX_DRIVERS = ["e2b", "daytona", "sprites", "blaxel", "vercel", "modal"] as const;
+export const REMOTE_SANDBOX_DRIVERS = ["e2b", "daytona", "sprites", "blaxel", "vercel", "modal", "boxrun"] as const;
 export type RemoteSandboxName = (typeof REMOTE_SANDBOX_DRIVERS)[number];
 
 export function isRemoteSandbox(name: string | undefined): name is RemoteSandboxName {
@@ -105,6 +105,15 @@ export const REMOTE_DRIVERS: Record<RemoteSandboxName, RemoteDriverRow> = {
     async open(env, options) {
       const { createModalDriver, modalConfigFromEnv } = await import("@openma/driver-modal");
       return createModalDriver(configured(modalConfigFromEnv(env)), options);
+    },
+  },
+  boxrun: {
+    title: "BoxRun (BoxLite REST)",
+    required: [["BOXLITE_REST_URL", "BOXLITE_API_URL"], ["BOXLITE_API_KEY"]],
+    optional: ["BOXLITE_PATH_PREFIX", "OPENMA_BOXRUN_IMAGE"],
+    async open(env, options) {
+      const { boxRunConfigFromEnv, createBoxRunDriver } = await import("@openma/driver-boxrun");
+      return createBoxRunDriver(configured(boxRunConfigFromEnv(env)), options);
     },
   },
 };
