@@ -2,7 +2,7 @@
  * Session create → first tool result on each cloud driver, against the same
  * vendor stand-in driven directly through the vendor's SDK:
  * `npx tsx bench/cloud-first-exec.ts [runs=10]` (env `BENCH_WARMUP`,
- * default 2; `BENCH_VENDORS=e2b,daytona,sprites,blaxel,vercel,modal`). Needs Docker with the
+ * default 2; `BENCH_VENDORS=e2b,daytona,sprites,blaxel,vercel,modal,boxrun`). Needs Docker with the
  * sandbox images (the stand-ins run real containers).
  *
  * Per vendor it starts the stand-in in this process and a real `openma
@@ -19,7 +19,8 @@
  *         and run `true` in it (E2B `Sandbox.create` + `commands.run`,
  *         Daytona `create` + `process.executeCommand`, Sprites
  *         `createSprite` + `execFile`, Vercel `Sandbox.create` routed by its
- *         per-call `fetch` + `runCommand`); the removal that follows is not
+ *         per-call `fetch` + `runCommand`, BoxLite's REST client `create` +
+ *         `exec` and its `wait`); the removal that follows is not
  *         counted.
  *
  * The ratio host / sdk is what OpenMA adds on top of the provider's own
@@ -32,6 +33,7 @@ import { cpus } from "node:os";
 import { initialize, SandboxInstance } from "@blaxel/core";
 import { Daytona } from "@daytonaio/sdk";
 import { SpritesClient } from "@fly/sprites";
+import { boxRunRuntime } from "@openma/driver-boxrun/provider";
 import { routedFetch } from "@openma/driver-vercel";
 import { startScriptedModel } from "@openma/scripted-model";
 import type { CloudStandIn } from "@openma/standin-kit";
@@ -77,6 +79,12 @@ async function sdkOnce(vendor: Vendor, standIn: CloudStandIn): Promise<{ ms: num
     });
     await sandbox.runCommand("true");
     return { ms: performance.now() - t0, cleanup: () => sandbox.delete() };
+  }
+  if (vendor === "boxrun") {
+    const runtime = boxRunRuntime({ url: env.BOXLITE_REST_URL as string, apiKey: env.BOXLITE_API_KEY as string });
+    const box = await runtime.create({ image: "node:24-bookworm-slim", detach: true }, `bench-${randomBytes(6).toString("hex")}`);
+    await (await box.exec("true", [], null, false, null, null, null)).wait();
+    return { ms: performance.now() - t0, cleanup: () => runtime.remove(box.id, true) };
   }
   if (vendor === "modal") {
     // The SDK takes its address from the environment only; the same app, image and volume mount as the driver.
