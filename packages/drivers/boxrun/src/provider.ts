@@ -88,7 +88,8 @@ export interface BoxliteProviderOptions {
   /** The conformance table's driver name. */
   name: string;
   runtime: Boxlite;
-  source: BoxSource;
+  /** Resolved at each create (the embedded runtime's layout is built on first use). */
+  source: () => Promise<BoxSource>;
   /** The box name prefix listings filter by (the driver's name prefix). */
   namePrefix: string;
   /** Runtime failures (beyond the client's error kinds) that no retry fixes, e.g. a VM that cannot boot here. */
@@ -115,7 +116,7 @@ export function boxRunProvider(config: BoxRunConfig): BoxliteProvider {
   return new BoxliteProvider({
     name: "boxrun",
     runtime: boxRunRuntime(config),
-    source: { image: config.image ?? DEFAULT_IMAGE },
+    source: async () => ({ image: config.image ?? DEFAULT_IMAGE }),
     namePrefix: config.namePrefix ?? "openma",
   });
 }
@@ -124,7 +125,7 @@ export class BoxliteProvider implements CloudProvider {
   readonly name: string;
   readonly stdinEof = true;
   readonly #rt: Boxlite;
-  readonly #source: BoxSource;
+  readonly #source: () => Promise<BoxSource>;
   readonly #prefix: string;
   readonly #options: BoxliteProviderOptions;
   #scratch: Promise<string> | null = null;
@@ -156,7 +157,7 @@ export class BoxliteProvider implements CloudProvider {
   async create(input: { labels: Readonly<Record<string, string>> }): Promise<ProviderRuntime> {
     const name = boxNameFor(this.#prefix, input.labels);
     // detach: the box outlives this process; autoStop 0: the heartbeats, not an idle timer, keep it.
-    const box = await this.#rt.create({ ...this.#source, detach: true, autoStop: 0, autoDelete: 0, autoResume: true }, name);
+    const box = await this.#rt.create({ ...(await this.#source()), detach: true, autoStop: 0, autoDelete: 0, autoResume: true }, name);
     return { id: box.id, name, labels: { ...input.labels }, state: "running", createdAt: new Date().toISOString() };
   }
 
