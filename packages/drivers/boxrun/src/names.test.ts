@@ -1,7 +1,7 @@
 /** The box-name codec that carries the ownership marks BoxLite's REST create has no labels for. */
 import { ownershipLabels, ownershipOf } from "@openma/driver-kit/remote";
 import { describe, expect, it } from "vitest";
-import { boxNameFor, extraLabels, MAX_BOX_NAME, matchesExtra, parseBoxName } from "./names.ts";
+import { BoxNameError, boxNameFor, extraLabels, MAX_BOX_NAME, matchesExtra, parseBoxName } from "./names.ts";
 
 const fence = {
   scope: { environmentId: "env_01HZK4TNRPQSXYZ8WM6NCVT9R5", sessionId: "sesn_01HZK4TNRPQSXYZ8WM6NCVT9R5" },
@@ -50,6 +50,7 @@ describe("box names", () => {
 
   it("refuse an owner id too long for 128 characters instead of truncating it", () => {
     const long = ownershipLabels("boxrun", { ...fence, ownerId: "o".repeat(100) }, "acquire-key", host);
+    expect(() => boxNameFor("openma", long)).toThrow(BoxNameError);
     expect(() => boxNameFor("openma", long)).toThrow(/too long/);
   });
 });

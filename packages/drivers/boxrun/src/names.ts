@@ -45,7 +45,10 @@ export function extraLabels(labels: Readonly<Record<string, string>>): Record<st
   return Object.fromEntries(Object.entries(labels).filter(([key]) => !KIT_KEYS.has(key)));
 }
 
-/** The box name of an acquire's labels; throws when they cannot fit the API's 128 characters. */
+/** Marks that cannot make a box name: no retry changes that. */
+export class BoxNameError extends Error {}
+
+/** The box name of an acquire's labels; throws a BoxNameError when they cannot fit the API's 128 characters. */
 export function boxNameFor(prefix: string, labels: Readonly<Record<string, string>>): string {
   if (!PREFIX.test(prefix)) throw new Error("box name prefix: 1-16 characters of [a-z0-9-], starting with a letter");
   const environment = labels[OWNERSHIP_KEYS.environment] ?? "";
@@ -53,7 +56,7 @@ export function boxNameFor(prefix: string, labels: Readonly<Record<string, strin
   const owner = labels[OWNERSHIP_KEYS.owner] ?? "";
   const generation = labels[OWNERSHIP_KEYS.generation] ?? "";
   const key = labels[OWNERSHIP_KEYS.acquireKey] ?? "";
-  if (!/^[1-9][0-9]*$/.test(generation) || owner === "") throw new Error("box name: the labels lack an owner or a generation");
+  if (!/^[1-9][0-9]*$/.test(generation) || owner === "") throw new BoxNameError("box name: the labels lack an owner or a generation");
   const name = [
     prefix,
     extraDigest(labels),
@@ -63,7 +66,7 @@ export function boxNameFor(prefix: string, labels: Readonly<Record<string, strin
     Buffer.from(owner).toString("base64url"),
   ].join(".");
   if (name.length > MAX_BOX_NAME)
-    throw new Error(`the owner id is too long to travel in a BoxLite box name (${name.length} > ${MAX_BOX_NAME} characters)`);
+    throw new BoxNameError(`the owner id is too long to travel in a BoxLite box name (${name.length} > ${MAX_BOX_NAME} characters)`);
   return name;
 }
 

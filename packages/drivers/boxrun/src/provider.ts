@@ -36,7 +36,7 @@ import type {
   RemoteEnd,
   RemoteSandboxApi,
 } from "@openma/driver-kit/remote";
-import { boxNameFor, extraLabels, matchesExtra, parseBoxName } from "./names.ts";
+import { BoxNameError, boxNameFor, extraLabels, matchesExtra, parseBoxName } from "./names.ts";
 
 export interface BoxRunConfig {
   /** `BOXLITE_REST_URL`: the REST server (e.g. `http://localhost:8100`, or a cloud deployment's base). */
@@ -94,8 +94,6 @@ export interface BoxliteProviderOptions {
   namePrefix: string;
   /** Runtime failures (beyond the client's error kinds) that no retry fixes, e.g. a VM that cannot boot here. */
   permanent?: (message: string) => boolean;
-  /** Releases the runtime on close (the embedded one's VM handles). */
-  release?: () => Promise<void>;
 }
 
 /** The REST client's runtime (BoxRun). */
@@ -223,6 +221,7 @@ export class BoxliteProvider implements CloudProvider {
     const notFound = kind.includes("not found");
     const conflict = kind.startsWith("already exists");
     const refused =
+      err instanceof BoxNameError ||
       ["configuration error", "invalid argument", "unsupported", "invalid state", "image error"].some((k) => kind.startsWith(k)) ||
       this.#options.permanent?.(message) === true;
     return { retryable: !notFound && !conflict && !refused, notFound, conflict, message };
@@ -232,7 +231,6 @@ export class BoxliteProvider implements CloudProvider {
     const scratch = this.#scratch;
     this.#scratch = null;
     if (scratch) await rm(await scratch, { recursive: true, force: true }).catch(() => {});
-    await this.#options.release?.();
   }
 }
 
