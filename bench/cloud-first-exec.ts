@@ -2,7 +2,7 @@
  * Session create → first tool result on each cloud driver, against the same
  * vendor stand-in driven directly through the vendor's SDK:
  * `npx tsx bench/cloud-first-exec.ts [runs=10]` (env `BENCH_WARMUP`,
- * default 2; `BENCH_VENDORS=e2b,daytona,sprites,blaxel,vercel,modal,superserve`). Needs Docker with the
+ * default 2; `BENCH_VENDORS=e2b,daytona,sprites,blaxel,vercel,modal,superserve,boxrun`). Needs Docker with the
  * sandbox images (the stand-ins run real containers).
  *
  * Per vendor it starts the stand-in in this process and a real `openma
@@ -21,7 +21,9 @@
  *         `createSprite` + `execFile`, Vercel `Sandbox.create` routed by its
  *         per-call `fetch` + `runCommand`, Superserve `Sandbox.create` +
  *         `commands.run` with its data plane routed as the driver routes
- *         it); the removal that follows is not counted.
+ *         it, BoxLite's REST client `create` +
+ *         `exec` and its `wait`); the removal that follows is not
+ *         counted.
  *
  * The ratio host / sdk is what OpenMA adds on top of the provider's own
  * create + exec (the agent loop, the driver's ownership labels, directory
@@ -34,6 +36,7 @@ import { cpus } from "node:os";
 import { initialize, SandboxInstance } from "@blaxel/core";
 import { Daytona } from "@daytonaio/sdk";
 import { SpritesClient } from "@fly/sprites";
+import { boxRunRuntime } from "@openma/driver-boxrun/provider";
 import { routeDataPlane } from "@openma/driver-superserve";
 import { routedFetch } from "@openma/driver-vercel";
 import { startScriptedModel } from "@openma/scripted-model";
@@ -81,6 +84,12 @@ async function sdkOnce(vendor: Vendor, standIn: CloudStandIn): Promise<{ ms: num
     });
     await sandbox.runCommand("true");
     return { ms: performance.now() - t0, cleanup: () => sandbox.delete() };
+  }
+  if (vendor === "boxrun") {
+    const runtime = boxRunRuntime({ url: env.BOXLITE_REST_URL as string, apiKey: env.BOXLITE_API_KEY as string });
+    const box = await runtime.create({ image: "node:24-bookworm-slim", detach: true }, `bench-${randomBytes(6).toString("hex")}`);
+    await (await box.exec("true", [], null, false, null, null, null)).wait();
+    return { ms: performance.now() - t0, cleanup: () => runtime.remove(box.id, true) };
   }
   if (vendor === "modal") {
     // The SDK takes its address from the environment only; the same app, image and volume mount as the driver.

@@ -35,6 +35,10 @@
  *   with the subprotocols `superserve.exec.v1` and `token.<access token>`
  *   (as the published SDK's README and source, `packages/sdk` of
  *   superserve-ai/superserve, describe it).
+ * - BoxRun: BoxLite's OpenAPI (`openapi/box.openapi.yaml` of boxlite-ai/boxlite,
+ *   `Authorization: Bearer`, no `{prefix}` slot on a single-tenant server):
+ *   `POST /v1/boxes`, `POST /v1/boxes/{box_id}/exec` (then the attach
+ *   WebSocket), `DELETE /v1/boxes/{box_id}?force=true`.
  */
 import type { CloudStandIn, RecordedRequest } from "@openma/standin-kit";
 import { afterEach, describe, expect, it } from "vitest";
@@ -104,6 +108,13 @@ const DOCUMENTED: Record<Vendor, Documented & { execAuth?: string }> = {
     kill: { method: "DELETE", path: /^\/sandboxes\/[0-9a-f-]{36}$/ },
     userAgent: /^@superserve\/sdk\/0\.8\./,
   },
+  boxrun: {
+    auth: "authorization",
+    create: { method: "POST", path: /^\/v1\/boxes$/ },
+    exec: { method: "POST", path: /^\/v1\/boxes\/[A-Za-z0-9._-]+\/exec$/ },
+    kill: { method: "DELETE", path: /^\/v1\/boxes\/[A-Za-z0-9._-]+$/ },
+    userAgent: null,
+  },
 };
 
 const never = () => new AbortController().signal;
@@ -160,6 +171,7 @@ describe.each(VENDORS)("the official %s SDK on the wire", (vendor) => {
         expect(request.headerNames).toEqual(
           expect.arrayContaining(["x-modal-token-secret", "x-modal-auth-token", "x-modal-client-version"]),
         );
+    if (vendor === "boxrun") for (const request of kills) expect(request.query).toMatch(/[?&]force=true(&|$)/);
     if (documented.userAgent) for (const request of [...created, ...kills]) expect(request.userAgent).toMatch(documented.userAgent);
 
     // Nothing the SDK sent was refused, and nothing was left behind.

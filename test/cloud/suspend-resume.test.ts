@@ -101,7 +101,7 @@ async function terminate(vendor: Vendor, standIn: CloudStandIn, run: Started): P
   expect(await processesMentioning(run.marker)).toEqual([]);
 }
 
-describe.each(["e2b", "daytona", "blaxel", "vercel", "superserve"] as const)("suspend and resume on %s", (vendor) => {
+describe.each(["e2b", "daytona", "blaxel", "vercel", "superserve", "boxrun"] as const)("suspend and resume on %s", (vendor) => {
   let standIn: CloudStandIn;
   beforeAll(async () => {
     standIn = await startVendorStandIn(vendor);

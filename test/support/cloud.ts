@@ -5,6 +5,7 @@
  */
 
 import { blaxelConfigFromEnv, createBlaxelDriver } from "@openma/driver-blaxel";
+import { boxRunConfigFromEnv, createBoxRunDriver } from "@openma/driver-boxrun";
 import { createDaytonaDriver, daytonaConfigFromEnv } from "@openma/driver-daytona";
 import { createE2BDriver, e2bConfigFromEnv } from "@openma/driver-e2b";
 import type { RemoteDriverOptions, RemoteSandboxDriver } from "@openma/driver-kit/remote";
@@ -13,6 +14,7 @@ import { createSpritesDriver, spritesConfigFromEnv } from "@openma/driver-sprite
 import { createSuperserveDriver, superserveConfigFromEnv } from "@openma/driver-superserve";
 import { createVercelDriver, vercelConfigFromEnv } from "@openma/driver-vercel";
 import { startBlaxelStandIn } from "@openma/standin-blaxel";
+import { startBoxRunStandIn } from "@openma/standin-boxrun";
 import { startDaytonaStandIn } from "@openma/standin-daytona";
 import { startE2BStandIn } from "@openma/standin-e2b";
 import type { CloudStandIn } from "@openma/standin-kit";
@@ -21,7 +23,7 @@ import { startSpritesStandIn } from "@openma/standin-sprites";
 import { startSuperserveStandIn } from "@openma/standin-superserve";
 import { startVercelStandIn } from "@openma/standin-vercel";
 
-export const VENDORS = ["e2b", "daytona", "sprites", "blaxel", "vercel", "modal", "superserve"] as const;
+export const VENDORS = ["e2b", "daytona", "sprites", "blaxel", "vercel", "modal", "superserve", "boxrun"] as const;
 export type Vendor = (typeof VENDORS)[number];
 
 export function startVendorStandIn(vendor: Vendor): Promise<CloudStandIn> {
@@ -40,6 +42,8 @@ export function startVendorStandIn(vendor: Vendor): Promise<CloudStandIn> {
       return startModalStandIn();
     case "superserve":
       return startSuperserveStandIn();
+    case "boxrun":
+      return startBoxRunStandIn();
   }
 }
 
@@ -67,5 +71,7 @@ export function vendorDriver(vendor: Vendor, standIn: CloudStandIn, options: Rem
       return createModalDriver(configured(modalConfigFromEnv(env)), options);
     case "superserve":
       return createSuperserveDriver(configured(superserveConfigFromEnv(env)), options);
+    case "boxrun":
+      return createBoxRunDriver(configured(boxRunConfigFromEnv(env)), options);
   }
 }

@@ -14,7 +14,17 @@ import type { RemoteRuntimeHostDriver, RemoteSandboxDriver } from "@openma/runti
 import type { DoctorCheck } from "./doctor.ts";
 import { type SandboxBackend, type ServeSandboxes, type ServeSandboxOptions, sessionSandboxes } from "./sandbox.ts";
 
-export const REMOTE_SANDBOX_DRIVERS = ["e2b", "daytona", "sprites", "blaxel", "vercel", "modal", "superserve"] as const;
+export const REMOTE_SANDBOX_DRIVERS = [
+  "e2b",
+  "daytona",
+  "sprites",
+  "blaxel",
+  "vercel",
+  "modal",
+  "superserve",
+  "boxrun",
+  "litebox",
+] as const;
 export type RemoteSandboxName = (typeof REMOTE_SANDBOX_DRIVERS)[number];
 
 export function isRemoteSandbox(name: string | undefined): name is RemoteSandboxName {
@@ -35,6 +45,8 @@ interface RemoteDriverRow {
   required: readonly (readonly string[])[];
   optional: readonly string[];
   open(env: Env, options: RemoteDriverOptions): Promise<RemoteSandboxDriver>;
+  /** The doctor's own check, instead of a listing; such a driver is checked only when selected. */
+  check?(env: Env): Promise<DoctorCheck>;
 }
 
 /** Each driver's configuration from the environment, or the variables it lacks. */
@@ -116,6 +128,45 @@ export const REMOTE_DRIVERS: Record<RemoteSandboxName, RemoteDriverRow> = {
       return createSuperserveDriver(configured(superserveConfigFromEnv(env)), options);
     },
   },
+  boxrun: {
+    title: "BoxRun (BoxLite REST)",
+    required: [["BOXLITE_REST_URL", "BOXLITE_API_URL"], ["BOXLITE_API_KEY"]],
+    optional: ["BOXLITE_PATH_PREFIX", "OPENMA_BOXRUN_IMAGE"],
+    async open(env, options) {
+      const { boxRunConfigFromEnv, createBoxRunDriver } = await import("@openma/driver-boxrun");
+      return createBoxRunDriver(configured(boxRunConfigFromEnv(env)), options);
+    },
+  },
+  litebox: {
+    title: "litebox (embedded BoxLite micro-VMs)",
+    required: [],
+    optional: ["BOXLITE_HOME", "OPENMA_LITEBOX_ROOTFS", "OPENMA_LITEBOX_IMAGE"],
+    async open(env, options) {
+      const { createLiteboxDriver, liteboxConfigFromEnv } = await import("@openma/driver-litebox");
+      return createLiteboxDriver(liteboxConfigFromEnv(env), options);
+    },
+    // One real boot (bounded): whether a micro-VM starts on this host, with the runtime's own error when not.
+    async check(env) {
+      const { liteboxConfigFromEnv, probeLiteboxBoot } = await import("@openma/driver-litebox");
+      const probe = await probeLiteboxBoot(liteboxConfigFromEnv(env));
+      if (probe.booted)
+        return {
+          id: "sandbox:litebox",
+          status: "ok",
+          detail: `litebox: a micro-VM booted in ${probe.ms} ms`,
+          disables: [],
+          facts: { booted: true },
+        };
+      return {
+        id: "sandbox:litebox",
+        status: "missing",
+        detail: `litebox: no micro-VM boots on this host: ${probe.error}`,
+        disables: ["OPENMA_SANDBOX=litebox"],
+        hint: "run on a host whose KVM can boot libkrun's guest kernel (not a nested PVM guest)",
+        facts: { booted: false },
+      };
+    },
+  },
 };
 
 /** Required variables this environment lacks for `name` (each group named by its first variable). */
@@ -169,7 +220,7 @@ export async function checkRemoteSandboxes(env: Env, timeoutMs: number, logger?:
   const checks: DoctorCheck[] = [];
   for (const name of REMOTE_SANDBOX_DRIVERS) {
     const row = REMOTE_DRIVERS[name];
-    const present = [...row.required.flat(), ...row.optional].some((v) => env[v]);
+    const present = row.check === undefined && [...row.required.flat(), ...row.optional].some((v) => env[v]);
     if (!selected.has(name) && !present) continue;
     const id = `sandbox:${name}` as const;
     const disables = [`OPENMA_SANDBOX=${name}`];
@@ -185,7 +236,7 @@ export async function checkRemoteSandboxes(env: Env, timeoutMs: number, logger?:
       });
       continue;
     }
-    checks.push(await probe(name, env, timeoutMs, logger));
+    checks.push(row.check ? await row.check(env) : await probe(name, env, timeoutMs, logger));
   }
   return checks;
 }

@@ -13,11 +13,11 @@ import type { RemoteRuntimeHostDriver, RunningRuntimeHost, RuntimeHostDriver } f
 import type { Storage } from "@openma/storage";
 import type { RuntimeHostConfig } from "./config.ts";
 import { runtimeHostMetrics } from "./metrics.ts";
-import { isRemoteSandbox, remoteRuntimeHostDriver } from "./remote-sandboxes.ts";
+import { isRemoteSandbox, type RemoteSandboxName, remoteRuntimeHostDriver } from "./remote-sandboxes.ts";
 import { type AvailabilityProbes, chooseSandbox, hostProbes } from "./sandbox.ts";
 
 export async function resolveRuntimeHostDriver(
-  choice: Exclude<RuntimeHostConfig["sandbox"], "e2b" | "daytona" | "sprites" | "blaxel" | "vercel" | "modal" | "superserve">,
+  choice: Exclude<RuntimeHostConfig["sandbox"], RemoteSandboxName>,
   probes: AvailabilityProbes,
 ): Promise<RuntimeHostDriver> {
   const selection = await chooseSandbox(choice, probes);

@@ -11,10 +11,11 @@
  *   STANDIN_API_KEY  the credential it accepts (default: a fixed test value)
  */
 import type { CloudStandIn } from "@openma/standin-kit";
-import { REMOTE_SANDBOX_DRIVERS } from "./remote-sandboxes.ts";
+import type { REMOTE_SANDBOX_DRIVERS } from "./remote-sandboxes.ts";
 
+/** Every remote driver has a stand-in but litebox, whose runtime is embedded (there is no service to stand in for). */
 const STARTERS: Record<
-  (typeof REMOTE_SANDBOX_DRIVERS)[number],
+  Exclude<(typeof REMOTE_SANDBOX_DRIVERS)[number], "litebox">,
   (options: { port?: number; host?: string; apiKey?: string }) => Promise<CloudStandIn>
 > = {
   e2b: async (o) => (await import("@openma/standin-e2b")).startE2BStandIn(o),
@@ -24,9 +25,10 @@ const STARTERS: Record<
   vercel: async (o) => (await import("@openma/standin-vercel")).startVercelStandIn(o),
   modal: async (o) => (await import("@openma/standin-modal")).startModalStandIn(o),
   superserve: async (o) => (await import("@openma/standin-superserve")).startSuperserveStandIn(o),
+  boxrun: async (o) => (await import("@openma/standin-boxrun")).startBoxRunStandIn(o),
 };
 
-export const STANDIN_USAGE = `usage: openma standin <${REMOTE_SANDBOX_DRIVERS.join("|")}>  (PORT, HOST, STANDIN_API_KEY)`;
+export const STANDIN_USAGE = `usage: openma standin <${Object.keys(STARTERS).join("|")}>  (PORT, HOST, STANDIN_API_KEY)`;
 
 /** Starts the named stand-in; null when the name is not one. */
 export async function startStandIn(vendor: string, env: NodeJS.ProcessEnv = process.env): Promise<CloudStandIn | null> {

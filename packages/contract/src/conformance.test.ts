@@ -62,7 +62,7 @@ describe("the conformance table", () => {
     const bestEffort = DRIVER_CONFORMANCE.filter((e) => e.planned && workspaceDurabilityOf(e.planned) === "best_effort").map(
       (e) => e.driver,
     );
-    expect(bestEffort.sort()).toEqual(["boxrun", "litebox"]);
+    expect(bestEffort.sort()).toEqual([]);
     const amaOnly = DRIVER_CONFORMANCE.filter((e) => e.planned && e.planned.lanes.length === 1).map((e) => e.driver);
     expect(amaOnly.sort()).toEqual(["cloudflare-bridge"]);
   });

@@ -70,6 +70,23 @@ describe("the BoxRun stand-in under the official REST client", () => {
     expect(standIn.requests.every((r) => r.authHeader === "authorization" && r.authorized)).toBe(true);
   });
 
+  it("cuts an attach mid-output on demand; the official client reattaches and gets all of it", async () => {
+    const runtime = JsBoxlite.rest(
+      new BoxliteRestOptions({ url: standIn.url, credential: new ApiKeyCredential(standIn.env.BOXLITE_API_KEY as string) }),
+    );
+    const box = await runtime.create({ image: "standin", detach: true }, "cut-box");
+    const fired = standIn.inject({ op: "exec", kind: "cut", afterBytes: 4 });
+    const execution = await box.exec("/bin/sh", ["-c", "echo 0123456789; sleep 1; echo after"], null, false, null, null, "/");
+    const stdout = drain(await execution.stdout());
+    expect(await execution.wait()).toMatchObject({ exitCode: 0 });
+    expect(await stdout).toBe("0123456789\nafter\n");
+    await fired;
+    const attaches = standIn.requests.filter((r) => r.method === "GET" && r.path.endsWith("/attach"));
+    expect(attaches.length).toBeGreaterThanOrEqual(2);
+    await runtime.remove("cut-box", true);
+    expect(standIn.live()).toBe(0);
+  });
+
   it("refuses a wrong key with the API's 401 envelope", async () => {
     const runtime = JsBoxlite.rest(new BoxliteRestOptions({ url: standIn.url, credential: new ApiKeyCredential("wrong-key") }));
     await expect(runtime.create({ image: "standin", detach: true }, "denied")).rejects.toThrow();

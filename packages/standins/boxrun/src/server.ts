@@ -51,6 +51,8 @@ interface Execution {
   /** Output not yet delivered to an attached client. */
   backlog: Array<[OutputStream, Uint8Array]>;
   client: WebSocket | null;
+  /** An injected cut: the attach socket drops once this many output bytes went out (the execution goes on). */
+  cutAfter: number | null;
   write(chunk: Uint8Array): Promise<void>;
   closeStdin(): void;
   kill(): Promise<void>;
@@ -78,6 +80,25 @@ function apiError(c: Ctx, status: number, code: string, message: string) {
     .map((p) => p.charAt(0).toUpperCase() + p.slice(1))
     .join("")}Error`;
   return c.json({ error: { message, type, code } }, status as 400);
+}
+
+/**
+ * One output frame to the attached client: a channel byte, then the bytes.
+ * Under an injected cut the socket is dropped instead once the budget is
+ * spent, as a lost network path would; the execution goes on.
+ */
+function send(execution: Execution, socket: WebSocket, stream: OutputStream, chunk: Uint8Array): void {
+  if (execution.cutAfter !== null) {
+    if (chunk.length > execution.cutAfter) {
+      // Kept for a client that reattaches, as the API's execution outlives its attach.
+      execution.cutAfter = null;
+      execution.backlog.push([stream, chunk]);
+      socket.terminate();
+      return;
+    }
+    execution.cutAfter -= chunk.length;
+  }
+  socket.send(Buffer.concat([Buffer.from([stream === "stdout" ? 1 : 2]), chunk]));
 }
 
 function boxJson(record: BoxRecord): Record<string, unknown> {
@@ -122,8 +143,10 @@ export async function startBoxRunStandIn(options: StandInOptions = {}): Promise<
     await boxes.destroy(record.box);
   };
 
-  const fault = async (c: Ctx, op: Fault["op"], record?: BoxRecord): Promise<Response | null> => {
+  /** `onCut` receives a cut fault; a route without a stream ignores it. */
+  const fault = async (c: Ctx, op: Fault["op"], record?: BoxRecord, onCut?: (afterBytes: number) => void): Promise<Response | null> => {
     const f = faults.take(op);
+    if (f?.kind === "cut") onCut?.(f.afterBytes ?? 0);
     if (f === undefined || f.kind === "cut") return null;
     if (f.kind === "status") return apiError(c, f.status ?? 500, "internal", "internal server error");
     if (f.kind === "rate_limited") {
@@ -212,7 +235,10 @@ export async function startBoxRunStandIn(options: StandInOptions = {}): Promise<
 
   app.post("/v1/boxes/:id/exec", async (c) => {
     const record = find(c.req.param("id"));
-    const refused = await fault(c, "exec", record);
+    let cutAfter: number | null = null;
+    const refused = await fault(c, "exec", record, (afterBytes) => {
+      cutAfter = afterBytes;
+    });
     if (refused) return refused;
     if (!record) return apiError(c, 404, "not_found", "box not found");
     if (record.box.state !== "running") return apiError(c, 409, "invalid_state", "box is not running");
@@ -235,7 +261,7 @@ export async function startBoxRunStandIn(options: StandInOptions = {}): Promise<
     let execution: Execution | null = null;
     const deliver = (stream: OutputStream, chunk: Uint8Array) => {
       const client = execution?.client;
-      if (client && client.readyState === client.OPEN) client.send(Buffer.concat([Buffer.from([stream === "stdout" ? 1 : 2]), chunk]));
+      if (client && client.readyState === client.OPEN) send(execution as Execution, client, stream, chunk);
       else backlog.push([stream, chunk]);
     };
     const stop = new AbortController();
@@ -260,6 +286,7 @@ export async function startBoxRunStandIn(options: StandInOptions = {}): Promise<
       exitCode: null,
       backlog,
       client: null,
+      cutAfter,
       write: (chunk) => proc.write(chunk),
       closeStdin: () => proc.closeStdin(),
       kill: async () => {
@@ -389,9 +416,9 @@ export async function startBoxRunStandIn(options: StandInOptions = {}): Promise<
       execution.client = socket;
       // A first frame at once: the client gives up on an attach that stays silent.
       socket.ping();
-      for (const [stream, chunk] of execution.backlog.splice(0))
-        socket.send(Buffer.concat([Buffer.from([stream === "stdout" ? 1 : 2]), chunk]));
-      if (execution.status !== "running") socket.send(JSON.stringify({ type: "exit", exit_code: execution.exitCode }));
+      for (const [stream, chunk] of execution.backlog.splice(0)) send(execution, socket, stream, chunk);
+      if (execution.status !== "running" && socket.readyState === socket.OPEN)
+        socket.send(JSON.stringify({ type: "exit", exit_code: execution.exitCode }));
       socket.on("message", (data, isBinary) => {
         const bytes = Buffer.isBuffer(data) ? data : Buffer.from(data as ArrayBuffer);
         if (isBinary) {
