@@ -11,7 +11,9 @@ import { ExecutionWorker } from "@openma/execution";
 import { harnessRunner } from "@openma/execution/harness-runner";
 import { createAnthropicModel } from "@openma/harness";
 import { createMcpExecutors } from "@openma/harness/server-tools/mcp";
+import { webSearchProviderFromEnv } from "@openma/harness/server-tools/tavily";
 import { WebFetchExecutor } from "@openma/harness/server-tools/web-fetch";
+import { WebSearchExecutor } from "@openma/harness/server-tools/web-search";
 import { type OpenmaMetrics, openmaMetrics } from "@openma/metrics";
 import { newId, openStorage, resealVaultCredentialSecrets, type Storage, sweepStaging, systemClock } from "@openma/storage";
 import type { BlobStore } from "@openma/storage/blobs";
@@ -266,6 +268,8 @@ async function startBrain(
     ? await openRemoteServeSandboxes(choice, process.env, common)
     : await openServeSandboxes({ choice, ...common, probes, provisioner });
   const model = createAnthropicModel({ baseURL: config.model.baseUrl, apiKey: config.model.apiKey });
+  // web_search is offered only when the operator configured a search provider (docs/server-tools.md).
+  const searchProvider = webSearchProviderFromEnv(process.env);
   const runner = harnessRunner({
     storage: deps.storage,
     clock: deps.clock,
@@ -274,7 +278,7 @@ async function startBrain(
     model: metrics ? meteredModel(model, metrics, tracer) : model,
     sandboxes,
     secrets: deps.secrets,
-    serverTools: [new WebFetchExecutor()],
+    serverTools: [new WebFetchExecutor(), ...(searchProvider ? [new WebSearchExecutor(searchProvider)] : [])],
     prices: config.prices,
     // MCP connections belong to one session's agent: made per run, closed when it ends.
     sessionTools: (ctx) => createMcpExecutors(ctx.agent),
