@@ -11,7 +11,6 @@ import { ExecutionWorker } from "@openma/execution";
 import { harnessRunner } from "@openma/execution/harness-runner";
 import { createAnthropicModel } from "@openma/harness";
 import { createMcpExecutors } from "@openma/harness/server-tools/mcp";
-import { webSearchProviderFromEnv } from "@openma/harness/server-tools/tavily";
 import { WebFetchExecutor } from "@openma/harness/server-tools/web-fetch";
 import { WebSearchExecutor } from "@openma/harness/server-tools/web-search";
 import { type OpenmaMetrics, openmaMetrics } from "@openma/metrics";
@@ -268,8 +267,6 @@ async function startBrain(
     ? await openRemoteServeSandboxes(choice, process.env, common)
     : await openServeSandboxes({ choice, ...common, probes, provisioner });
   const model = createAnthropicModel({ baseURL: config.model.baseUrl, apiKey: config.model.apiKey });
-  // web_search is offered only when the operator configured a search provider (docs/server-tools.md).
-  const searchProvider = webSearchProviderFromEnv(process.env);
   const runner = harnessRunner({
     storage: deps.storage,
     clock: deps.clock,
@@ -278,8 +275,10 @@ async function startBrain(
     model: metrics ? meteredModel(model, metrics, tracer) : model,
     sandboxes,
     secrets: deps.secrets,
-    serverTools: [new WebFetchExecutor(), ...(searchProvider ? [new WebSearchExecutor(searchProvider)] : [])],
+    // web_search is offered only when the operator configured a search provider (docs/server-tools.md).
+    serverTools: [new WebFetchExecutor(), ...(config.webSearch ? [new WebSearchExecutor(config.webSearch)] : [])],
     prices: config.prices,
+    contextWindows: config.contextWindows,
     // MCP connections belong to one session's agent: made per run, closed when it ends.
     sessionTools: (ctx) => createMcpExecutors(ctx.agent),
   });

@@ -10,6 +10,7 @@ import { sandboxOwners } from "./migrations/0007_sandbox_owners.ts";
 import { sessionActivity } from "./migrations/0015_session_activity.ts";
 import { deployments } from "./migrations/0016_deployments.ts";
 import { webhooks } from "./migrations/0017_webhooks.ts";
+import { sessionCompactions } from "./migrations/0019_session_compactions.ts";
 
 /** Ordered by name; a new migration is a new file plus one line here. */
 export const migrations: Record<string, Migration> = {
@@ -23,6 +24,7 @@ export const migrations: Record<string, Migration> = {
   "0015_session_activity": sessionActivity,
   "0016_deployments": deployments,
   "0017_webhooks": webhooks,
+  "0019_session_compactions": sessionCompactions,
 };
 
 /**
