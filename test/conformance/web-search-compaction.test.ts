@@ -90,4 +90,19 @@ describe.each(BACKENDS)("web_search and compaction through the SDK on %s", (dial
     expect(reply?.type === "agent.message" && reply.content).toEqual([{ type: "text", text: "compaction keeps the recent turns" }]);
     expect((await client.sessions.retrieve(session.id)).usage.server_tool_use?.web_search_requests).toBe(1);
   });
+  it("refuses web_search domain lists the API documents as invalid", async () => {
+    const create = (config: Record<string, unknown>) =>
+      t.client.beta.agents.create({
+        name: "bad-search",
+        model: "claude-test-1",
+        tools: [{ type: "agent_toolset_20260401", configs: [{ name: "web_search", ...config }] as never }],
+      });
+    await expect(create({ allowed_domains: ["a.example"], blocked_domains: ["b.example"] })).rejects.toMatchObject({
+      status: 400,
+      message: expect.stringMatching(/cannot be combined/),
+    });
+    await expect(create({ allowed_domains: [] })).rejects.toMatchObject({ status: 400 });
+    await expect(create({ blocked_domains: ["https://ads.example"] })).rejects.toMatchObject({ status: 400 });
+    await expect(create({ allowed_domains: ["docs.example.com/api"] })).resolves.toMatchObject({ type: "agent" });
+  });
 });
