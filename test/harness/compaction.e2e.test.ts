@@ -8,9 +8,9 @@
  */
 import type { MessageParam } from "@anthropic-ai/sdk/resources/messages";
 import type { ModelPort, ModelRequest } from "@openma/harness";
-import { loadCompaction, SUMMARY_INSTRUCTION } from "@openma/harness/compaction";
+import { SUMMARY_INSTRUCTION } from "@openma/harness/compaction";
 import { contextWindowsFromEnv } from "@openma/harness/context-window";
-import { buildConversation, summaryTurnText } from "@openma/harness/conversation";
+import { buildConversation, loadCompaction, summaryTurnText } from "@openma/harness/conversation";
 import { type LoggedEvent, readNewEvents, scanLog } from "@openma/harness/log";
 import { runTurn } from "@openma/harness/turn";
 import { BACKENDS } from "@openma/storage/testing";
@@ -34,7 +34,10 @@ function script(tag: string, summary: { response: string } | { error: { status: 
     reply("two", 700, 150),
     { match: { ...system, last_user_text_contains: "about to be compacted" }, ...summary },
     reply("three", 120, 10),
-    reply("four", 200, 10),
+    // Over the threshold again: the next message compacts the compacted conversation.
+    reply("four", 880, 20),
+    { match: { ...system, last_user_text_contains: "about to be compacted" }, response: { content: [text(`SUMMARY 2 of ${tag}`)] } },
+    reply("five", 100, 10),
   ] as never[];
 }
 
@@ -103,6 +106,20 @@ describe.each(BACKENDS)("context compaction on %s", (dialect) => {
       { role: "user", content: [text("alpha four")] },
     ]);
     expect(ofType(await h.events(id), "agent.thread_context_compacted")).toHaveLength(1);
+
+    // Reply four reported 900 tokens: the second compaction summarizes the first summary and what followed it.
+    await h.say(id, "alpha five");
+    expect(await h.run(id, { contextWindows })).toEqual({ type: "idle", stopReason: "end_turn" });
+    const [secondSummary, afterSecond] = requestsOf(id).slice(-2);
+    expect(secondSummary).toEqual([
+      { role: "user", content: [text(summaryTurnText("SUMMARY of alpha")), text("alpha three")] },
+      { role: "assistant", content: [text("reply three")] },
+      { role: "user", content: [text("alpha four")] },
+      { role: "assistant", content: [text("reply four")] },
+      { role: "user", content: [text(SUMMARY_INSTRUCTION)] },
+    ]);
+    expect(afterSecond).toEqual([{ role: "user", content: [text(summaryTurnText("SUMMARY 2 of alpha")), text("alpha five")] }]);
+    expect(ofType(await h.events(id), "agent.thread_context_compacted")).toHaveLength(2);
   });
 
   it("rebuilds exactly the pre-crash context from the log after a crash", async () => {

@@ -20,10 +20,9 @@
  * `session.error`) and the conversation goes on uncompacted from there.
  */
 import type { EventDraft } from "@openma/api";
-import type { Storage } from "@openma/storage";
 import { draft, withSession } from "./append.ts";
 import { modelIdOf, type SessionContext, serverToolContext } from "./context.ts";
-import { buildConversation, type LoadedCompaction } from "./conversation.ts";
+import { buildConversation, loadCompaction } from "./conversation.ts";
 import { COMPACTION_KEY_PREFIX, type LogState } from "./log.ts";
 import type { ModelFailure, ModelRequest } from "./model.ts";
 import { abortOutcome, ENDED, errorDraft, spanEnd, spanUsage } from "./model-step.ts";
@@ -39,20 +38,6 @@ export const SUMMARY_INSTRUCTION =
   "Write a summary that lets you continue the work without the original: the user's goals and instructions, " +
   "decisions made, facts and results learned (names, paths, commands, values), the state of the task and what remains. " +
   "Answer with the summary only, as plain text, and do not call tools.";
-
-/** The session's latest compaction (null when it has none). */
-export async function loadCompaction(storage: Storage, sessionId: string, state: LogState): Promise<LoadedCompaction | null> {
-  if (!state.compaction) return null;
-  const row = await storage.db
-    .selectFrom("session_compactions")
-    .select(["kept_from_seq", "summary"])
-    .where("session_id", "=", sessionId)
-    .where("event_id", "=", state.compaction.id)
-    .executeTakeFirst();
-  // The row is written with its event; without it the log was tampered with, so fail loudly rather than drop history silently.
-  if (!row) throw new Error(`compaction ${state.compaction.id} of session ${sessionId} has no summary`);
-  return { eventId: state.compaction.id, keptFromSeq: Number(row.kept_from_seq), summary: row.summary };
-}
 
 function summaryOf(content: ReadonlyArray<{ type: string; text?: string }>): string {
   return content

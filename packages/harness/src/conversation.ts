@@ -89,6 +89,20 @@ export function summaryTurnText(summary: string): string {
   return `<conversation-summary>\nThe earlier part of this conversation was compacted into this summary:\n\n${summary}\n</conversation-summary>`;
 }
 
+/** The session's latest compaction (null when it has none). */
+export async function loadCompaction(storage: Storage, sessionId: string, state: LogState): Promise<LoadedCompaction | null> {
+  if (!state.compaction) return null;
+  const row = await storage.db
+    .selectFrom("session_compactions")
+    .select(["kept_from_seq", "summary"])
+    .where("session_id", "=", sessionId)
+    .where("event_id", "=", state.compaction.id)
+    .executeTakeFirst();
+  // The row is written with its event; without it the log was tampered with, so fail loudly rather than drop history silently.
+  if (!row) throw new Error(`compaction ${state.compaction.id} of session ${sessionId} has no summary`);
+  return { eventId: state.compaction.id, keptFromSeq: Number(row.kept_from_seq), summary: row.summary };
+}
+
 export interface ConversationOptions {
   /** The session's latest compaction, when it has one (`loadCompaction`). */
   compaction?: LoadedCompaction | null;

@@ -14,9 +14,8 @@
 import type { ContentBlock } from "@anthropic-ai/sdk/resources/messages";
 import type { EventDraft } from "@openma/api";
 import { draft, withSession } from "./append.ts";
-import { loadCompaction } from "./compaction.ts";
 import { modelIdOf, type SessionContext, serverToolContext } from "./context.ts";
-import { buildConversation } from "./conversation.ts";
+import { buildConversation, loadCompaction } from "./conversation.ts";
 import { failedAttemptsSince, type LogState } from "./log.ts";
 import type { ModelAttempt, ModelFailure, ModelRequest, ModelResponse, ModelUsage } from "./model.ts";
 import { outcomePending, SANDBOX_FREE_REFUSAL, type TurnOutcome } from "./plan.ts";
