@@ -12,9 +12,11 @@
  * English country name, lower case, and only for the `general` topic);
  * Tavily has no city, region or time-zone parameter, so those do not narrow
  * the search. The client cannot be cancelled: an aborted call stops waiting
- * and the request ends on its own timeout.
+ * and the request ends on its own timeout. The client is loaded on the first
+ * search (it takes most of a second to import), so a server that never
+ * searches does not pay for it at start.
  */
-import { tavily } from "@tavily/core";
+import type { TavilyClient } from "@tavily/core";
 import { type SearchHit, type SearchProvider, SearchProviderError, type SearchQuery } from "./search-provider.ts";
 
 export interface TavilyProviderOptions {
@@ -50,23 +52,32 @@ function abortable<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
 
 export class TavilySearchProvider implements SearchProvider {
   readonly name = "tavily";
-  private readonly client: ReturnType<typeof tavily>;
+  private client: Promise<TavilyClient> | null = null;
   private readonly apiKey: string;
+  private readonly baseUrl: string | undefined;
   private readonly timeoutSeconds: number;
 
   constructor(options: TavilyProviderOptions) {
     if (!options.apiKey) throw new Error("the Tavily search provider needs an API key (TAVILY_API_KEY)");
     this.apiKey = options.apiKey;
+    this.baseUrl = options.baseUrl;
     this.timeoutSeconds = options.timeoutSeconds ?? 30;
-    this.client = tavily({ apiKey: options.apiKey, ...(options.baseUrl ? { apiBaseURL: options.baseUrl } : {}), clientSource: "openma" });
+  }
+
+  private tavily(): Promise<TavilyClient> {
+    this.client ??= import("@tavily/core").then(({ tavily }) =>
+      tavily({ apiKey: this.apiKey, ...(this.baseUrl ? { apiBaseURL: this.baseUrl } : {}), clientSource: "openma" }),
+    );
+    return this.client;
   }
 
   async search(q: SearchQuery, signal: AbortSignal): Promise<SearchHit[]> {
     const country = tavilyCountry(q.userLocation?.country);
-    let response: Awaited<ReturnType<typeof this.client.search>>;
+    const client = await this.tavily();
+    let response: Awaited<ReturnType<TavilyClient["search"]>>;
     try {
       response = await abortable(
-        this.client.search(q.query, {
+        client.search(q.query, {
           topic: "general",
           maxResults: q.maxResults,
           ...(q.allowedDomains ? { includeDomains: [...q.allowedDomains] } : {}),
