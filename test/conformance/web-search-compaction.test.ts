@@ -89,6 +89,15 @@ describe.each(BACKENDS)("web_search and compaction through the SDK on %s", (dial
     const reply = seen.filter((e) => e.type === "agent.message").at(-1);
     expect(reply?.type === "agent.message" && reply.content).toEqual([{ type: "text", text: "compaction keeps the recent turns" }]);
     expect((await client.sessions.retrieve(session.id)).usage.server_tool_use?.web_search_requests).toBe(1);
+    // In a tool loop the cut keeps the last call and its result verbatim: only the first message was summarized.
+    type Sent = { messages: Array<{ role: string; content: Array<{ type: string; text?: string }> }> };
+    const after = (model.requests.at(-1)?.body as Sent | undefined)?.messages ?? [];
+    expect(after.map((m) => [m.role, m.content.map((b) => b.type)])).toEqual([
+      ["user", ["text"]],
+      ["assistant", ["tool_use"]],
+      ["user", ["tool_result"]],
+    ]);
+    expect(after[0]?.content[0]?.text).toContain("SUMMARY: the user asked to search.");
   });
   it("refuses web_search domain lists the API documents as invalid", async () => {
     const create = (config: Record<string, unknown>) =>
