@@ -55,6 +55,8 @@ describe.each(BACKENDS)("usage and budgets through the SDK on %s", (dialect) => 
       OPENMA_MODEL_API_KEY: MODEL_KEY,
       OPENMA_EXECUTION_POLL_MS: "600000",
       OPENMA_PRICE_TABLE: prices,
+      // Token counts sized for prices, far past a real window: keep compaction out of it.
+      OPENMA_CONTEXT_WINDOWS: JSON.stringify({ "*": 100_000_000 }),
     });
     env = (await t.client.beta.environments.create({ name: "cloud" })).id;
     const created = await t.client.beta.agents.create({

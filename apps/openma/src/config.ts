@@ -1,6 +1,9 @@
 /** Server configuration from the environment, validated once at start-up. */
 import { resolve } from "node:path";
 import { SELF_HOSTED_BRAIN_VALUES, type SelfHostedBrain } from "@openma/execution/placement";
+import { type ContextWindowTable, contextWindowsFromEnv } from "@openma/harness/context-window";
+import type { SearchProvider } from "@openma/harness/server-tools/search-provider";
+import { webSearchProviderFromEnv } from "@openma/harness/server-tools/tavily";
 import { type PriceTable, priceTableFromEnv } from "@openma/pricing";
 import type { BlobEnv } from "@openma/storage/s3-blobs";
 import { decodeSecretKey } from "@openma/storage/secret-box";
@@ -175,6 +178,10 @@ export interface ServerConfig {
   model: { baseUrl: string | undefined; apiKey: string | undefined };
   /** List prices for `list_cost` and budgets: the defaults, overridden by the JSON file OPENMA_PRICE_TABLE names. */
   prices: PriceTable;
+  /** Context windows for compaction: the defaults, overridden by OPENMA_CONTEXT_WINDOWS (JSON). */
+  contextWindows: ContextWindowTable;
+  /** The web_search provider (OPENMA_WEB_SEARCH_PROVIDER, TAVILY_API_KEY, OPENMA_TAVILY_BASE_URL); null: no web_search. Holds a secret: never log. */
+  webSearch: SearchProvider | null;
   /** S3 blob settings when any is set (default: local files). Holds a secret: never log. */
   blobs?: BlobEnv | undefined;
   /** Set when this process serves a self-hosted environment (ama_worker lane). Holds a secret: never log. */
@@ -249,6 +256,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
     },
     model: { baseUrl: e.OPENMA_MODEL_BASE_URL, apiKey: e.OPENMA_MODEL_API_KEY || e.ANTHROPIC_API_KEY },
     prices: pricesOf(e.OPENMA_PRICE_TABLE),
+    contextWindows: configured(() => contextWindowsFromEnv(env)),
+    webSearch: configured(() => webSearchProviderFromEnv(env)),
     blobs: blobEnvOf(e),
     runtimeHost: runtimeHostOf(e),
     ops: {
@@ -259,6 +268,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
       tracesEndpoint: tracesEndpoint(env),
     },
   };
+}
+
+function configured<T>(read: () => T): T {
+  try {
+    return read();
+  } catch (err) {
+    throw new Error(`invalid configuration: ${(err as Error).message}`);
+  }
 }
 
 function pricesOf(file: string | undefined): PriceTable {

@@ -12,6 +12,7 @@ import { harnessRunner } from "@openma/execution/harness-runner";
 import { createAnthropicModel } from "@openma/harness";
 import { createMcpExecutors } from "@openma/harness/server-tools/mcp";
 import { WebFetchExecutor } from "@openma/harness/server-tools/web-fetch";
+import { WebSearchExecutor } from "@openma/harness/server-tools/web-search";
 import { type OpenmaMetrics, openmaMetrics } from "@openma/metrics";
 import { newId, openStorage, resealVaultCredentialSecrets, type Storage, sweepStaging, systemClock } from "@openma/storage";
 import type { BlobStore } from "@openma/storage/blobs";
@@ -287,8 +288,10 @@ async function startBrain(
     model,
     sandboxes,
     secrets: deps.secrets,
-    serverTools: [new WebFetchExecutor()],
+    // web_search is offered only when the operator configured a search provider (docs/server-tools.md).
+    serverTools: [new WebFetchExecutor(), ...(config.webSearch ? [new WebSearchExecutor(config.webSearch)] : [])],
     prices: config.prices,
+    contextWindows: config.contextWindows,
     // MCP connections belong to one session's agent: made per run, closed when it ends.
     sessionTools: (ctx) => createMcpExecutors(ctx.agent),
   });

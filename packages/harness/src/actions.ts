@@ -14,14 +14,14 @@ import type { LogState, ToolUseRecord } from "./log.ts";
 import type { Action, TurnOutcome } from "./plan.ts";
 import { redactOutcome } from "./redaction.ts";
 import { SessionCredentials } from "./server-tools/vault-credentials.ts";
-import { isDescribedError } from "./server-tools.ts";
+import { isDescribedError, type ServerToolResult } from "./server-tools.ts";
 import { exposedNameFor } from "./tools.ts";
 import { runSandboxTool } from "./toolset/index.ts";
 import type { TurnRunnerDeps } from "./turn.ts";
 import { addServerToolUse, usageEventFields } from "./usage.ts";
 import { TurnWatch } from "./watch.ts";
 
-type Content = Array<{ type: "text"; text: string }>;
+type Content = ServerToolResult["content"];
 type Outcome = { content: Content; isError: boolean; sessionError?: Record<string, unknown> | undefined };
 
 function errorText(err: unknown): string {

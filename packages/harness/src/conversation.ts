@@ -13,6 +13,9 @@
  *   grader verdict that sends the agent back to work is one too.
  * - `agent.thinking` carries no content in the API and is not replayed.
  * - `file` image/document sources are inlined as base64 from the files store.
+ * - after a compaction (`agent.thread_context_compacted`), the conversation
+ *   opens with the summary as a user turn and keeps only the content events
+ *   from the compaction's `kept_from_seq` on (compaction.ts).
  */
 import type { ContentBlockParam, MessageParam, ToolResultBlockParam } from "@anthropic-ai/sdk/resources/messages";
 import type { Storage } from "@openma/storage";
@@ -74,6 +77,39 @@ async function resultBlock(storage: Storage, toolUseId: string, result: ResultRe
   return block;
 }
 
+/** The latest compaction of a session: its summary and where the verbatim part starts. */
+export interface LoadedCompaction {
+  eventId: string;
+  keptFromSeq: number;
+  summary: string;
+}
+
+/** The user turn that stands for everything a compaction summarized. */
+export function summaryTurnText(summary: string): string {
+  return `<conversation-summary>\nThe earlier part of this conversation was compacted into this summary:\n\n${summary}\n</conversation-summary>`;
+}
+
+/** The session's latest compaction (null when it has none). */
+export async function loadCompaction(storage: Storage, sessionId: string, state: LogState): Promise<LoadedCompaction | null> {
+  if (!state.compaction) return null;
+  const row = await storage.db
+    .selectFrom("session_compactions")
+    .select(["kept_from_seq", "summary"])
+    .where("session_id", "=", sessionId)
+    .where("event_id", "=", state.compaction.id)
+    .executeTakeFirst();
+  // The row is written with its event; without it the log was tampered with, so fail loudly rather than drop history silently.
+  if (!row) throw new Error(`compaction ${state.compaction.id} of session ${sessionId} has no summary`);
+  return { eventId: state.compaction.id, keptFromSeq: Number(row.kept_from_seq), summary: row.summary };
+}
+
+export interface ConversationOptions {
+  /** The session's latest compaction, when it has one (`loadCompaction`). */
+  compaction?: LoadedCompaction | null;
+  /** Only events before this seq (the part a new compaction summarizes). */
+  before?: number;
+}
+
 interface Turn {
   role: "user" | "assistant";
   content: Block[];
@@ -89,6 +125,7 @@ export async function buildConversation(
   storage: Storage,
   state: LogState,
   exposed: ReadonlyMap<string, string> = new Map(),
+  options: ConversationOptions = {},
 ): Promise<MessageParam[]> {
   const turns: Turn[] = [];
   const answer = async (turn: Turn) => {
@@ -111,7 +148,11 @@ export async function buildConversation(
     last.content.push(...blocks);
     if (toolUseId) last.toolUseIds.push(toolUseId);
   };
+  const { compaction, before } = options;
+  if (compaction) await add("user", [{ type: "text", text: summaryTurnText(compaction.summary) }]);
   for (const e of state.events) {
+    if (before !== undefined && e.seq >= before) break;
+    if (compaction && e.seq < compaction.keptFromSeq) continue;
     const b = e.body;
     switch (e.type) {
       case "user.message":

@@ -4,7 +4,6 @@
  * builder need. The log is the only state; nothing survives between steps
  * except what was appended.
  */
-import { readEventsAfter } from "@openma/api";
 import type { BillableUsage } from "@openma/pricing";
 import type { Storage } from "@openma/storage";
 
@@ -13,6 +12,8 @@ export interface LoggedEvent {
   id: string;
   type: string;
   body: Record<string, unknown>;
+  /** The dedupe key the loop appended it under (tells its own bookkeeping apart, e.g. a compaction's model request). */
+  key?: string | null;
 }
 
 const PAGE = 500;
@@ -21,9 +22,16 @@ const PAGE = 500;
 export async function readNewEvents(storage: Storage, sessionId: string, events: LoggedEvent[]): Promise<void> {
   let after = events.at(-1)?.seq ?? 0;
   for (;;) {
-    const rows = await readEventsAfter(storage.db, sessionId, after, PAGE);
+    const rows = await storage.db
+      .selectFrom("session_events")
+      .select(["seq", "id", "type", "body", "dedupe_key"])
+      .where("session_id", "=", sessionId)
+      .where("seq", ">", after)
+      .orderBy("seq", "asc")
+      .limit(PAGE)
+      .execute();
     for (const row of rows)
-      events.push({ seq: row.seq, id: row.id, type: row.type, body: JSON.parse(row.body) as Record<string, unknown> });
+      events.push({ seq: row.seq, id: row.id, type: row.type, body: JSON.parse(row.body) as Record<string, unknown>, key: row.dedupe_key });
     if (rows.length < PAGE) return;
     after = rows[rows.length - 1]?.seq ?? after;
   }
@@ -90,7 +98,22 @@ export interface LogState {
   confirmations: Map<string, { result: string; denyMessage: string | null; seq: number }>;
   usage: CumulativeUsage;
   outcome: OutcomeRecord | null;
+  /**
+   * Conversation size the model reported for the last response since the
+   * last compaction (input + cache reads/writes + output tokens); 0 when no
+   * response landed since.
+   */
+  contextTokens: number;
+  /** The latest `agent.thread_context_compacted`. */
+  compaction: { seq: number; id: string } | null;
+  /** `span.model_request_start` ids of compaction summary requests (not the agent's own model calls). */
+  compactionSpans: Set<string>;
+  /** Conversation positions (`lastContentSeq`) whose compaction was tried and did not land. */
+  failedCompactions: Set<number>;
 }
+
+/** Dedupe-key prefix of a compaction's summary request: `compact:<lastContentSeq>:…`. */
+export const COMPACTION_KEY_PREFIX = "compact:";
 
 const TOOL_USE_KINDS: Record<string, ToolUseKind> = {
   "agent.tool_use": "tool",
@@ -141,6 +164,12 @@ function usageOf(raw: unknown): CumulativeUsage {
   };
 }
 
+/** Tokens a response says its conversation holds: everything the next request sends again, plus what it wrote. */
+function contextSize(raw: unknown): number {
+  const u = (raw ?? {}) as Record<string, unknown>;
+  return num(u.input_tokens) + num(u.cache_read_input_tokens) + num(u.cache_creation_input_tokens) + num(u.output_tokens);
+}
+
 export function scanLog(events: readonly LoggedEvent[]): LogState {
   const state: LogState = {
     events,
@@ -157,7 +186,13 @@ export function scanLog(events: readonly LoggedEvent[]): LogState {
     confirmations: new Map(),
     usage: usageOf(undefined),
     outcome: null,
+    contextTokens: 0,
+    compaction: null,
+    compactionSpans: new Set(),
+    failedCompactions: new Set(),
   };
+  /** Compaction span start id → the position it compacts. */
+  const compactionAt = new Map<string, number>();
   const useSeq = new Map<string, number>();
   for (const e of events) {
     const b = e.body;
@@ -241,8 +276,31 @@ export function scanLog(events: readonly LoggedEvent[]): LogState {
           });
         }
         break;
-      case "span.model_request_end":
-        if (b.is_error === false) state.lastResponseEndSeq = e.seq;
+      case "span.model_request_start":
+        if (e.key?.startsWith(COMPACTION_KEY_PREFIX)) {
+          compactionAt.set(e.id, Number(e.key.split(":")[1]));
+          state.compactionSpans.add(e.id);
+        }
+        break;
+      case "span.model_request_end": {
+        const at = compactionAt.get(String(b.model_request_start_id));
+        // A summary request is bookkeeping: it neither answers the agent's input nor measures its conversation.
+        if (at !== undefined) {
+          if (b.is_error !== false) state.failedCompactions.add(at);
+          break;
+        }
+        if (b.is_error === false) {
+          state.lastResponseEndSeq = e.seq;
+          state.contextTokens = contextSize(b.model_usage);
+        }
+        break;
+      }
+      case "agent.thread_context_compacted":
+        // The conversation changed under the model: the next request starts from the summary.
+        state.compaction = { seq: e.seq, id: e.id };
+        state.contextTokens = 0;
+        state.lastInputSeq = e.seq;
+        state.lastContentSeq = e.seq;
         break;
       case "session.usage":
         state.usage = usageOf(b.usage);
@@ -263,6 +321,9 @@ export function outstandingToolUses(state: LogState): ToolUseRecord[] {
 /** Failed attempts of the model request built from the log up to `contentSeq`. */
 export function failedAttemptsSince(state: LogState, contentSeq: number): number {
   let n = 0;
-  for (const e of state.events) if (e.seq > contentSeq && e.type === "span.model_request_end" && e.body.is_error === true) n++;
+  for (const e of state.events) {
+    if (e.seq <= contentSeq || e.type !== "span.model_request_end" || e.body.is_error !== true) continue;
+    if (!state.compactionSpans.has(String(e.body.model_request_start_id))) n++;
+  }
   return n;
 }

@@ -15,9 +15,9 @@ import type { ContentBlock } from "@anthropic-ai/sdk/resources/messages";
 import type { EventDraft } from "@openma/api";
 import { draft, withSession } from "./append.ts";
 import { modelIdOf, type SessionContext, serverToolContext } from "./context.ts";
-import { buildConversation } from "./conversation.ts";
+import { buildConversation, loadCompaction } from "./conversation.ts";
 import { failedAttemptsSince, type LogState } from "./log.ts";
-import type { ModelAttempt, ModelFailure, ModelRequest, ModelResponse } from "./model.ts";
+import type { ModelAttempt, ModelFailure, ModelRequest, ModelResponse, ModelUsage } from "./model.ts";
 import { outcomePending, SANDBOX_FREE_REFUSAL, type TurnOutcome } from "./plan.ts";
 import { PreviewPublisher } from "./previews.ts";
 import { isDescribedError, type ServerToolExecutor } from "./server-tools.ts";
@@ -26,10 +26,10 @@ import type { TurnRunnerDeps } from "./turn.ts";
 import { addModelUsage, usageEventFields } from "./usage.ts";
 import { TurnWatch, type WatchReason } from "./watch.ts";
 
-const ENDED: TurnOutcome = { type: "failed", error: "the session was terminated during the turn" };
+export const ENDED: TurnOutcome = { type: "failed", error: "the session was terminated during the turn" };
 const ZERO_USAGE = { input_tokens: 0, output_tokens: 0, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 };
 
-function spanEnd(key: string, attempt: number, startId: string, isError: boolean | null, usage = ZERO_USAGE): EventDraft {
+export function spanEnd(key: string, attempt: number, startId: string, isError: boolean | null, usage = ZERO_USAGE): EventDraft {
   return draft(
     "span.model_request_end",
     { model_request_start_id: startId, is_error: isError, model_usage: usage },
@@ -37,7 +37,17 @@ function spanEnd(key: string, attempt: number, startId: string, isError: boolean
   );
 }
 
-function errorDraft(failure: ModelFailure, retryStatus: "retrying" | "exhausted", key: string): EventDraft {
+/** A response's token counts in the span's `model_usage` shape. */
+export function spanUsage(u: ModelUsage): typeof ZERO_USAGE {
+  return {
+    input_tokens: u.input_tokens,
+    output_tokens: u.output_tokens,
+    cache_creation_input_tokens: u.cache_creation_input_tokens,
+    cache_read_input_tokens: u.cache_read_input_tokens,
+  };
+}
+
+export function errorDraft(failure: ModelFailure, retryStatus: "retrying" | "exhausted", key: string): EventDraft {
   return draft("session.error", { error: { type: failure.errorType, message: failure.message, retry_status: { type: retryStatus } } }, key);
 }
 
@@ -97,14 +107,7 @@ function planResponse(
       drafts.push(made.draft);
     }
   });
-  const u = response.usage;
-  const modelUsage = {
-    input_tokens: u.input_tokens,
-    output_tokens: u.output_tokens,
-    cache_creation_input_tokens: u.cache_creation_input_tokens,
-    cache_read_input_tokens: u.cache_read_input_tokens,
-  };
-  drafts.push(spanEnd(key, attempt, startId, false, modelUsage));
+  drafts.push(spanEnd(key, attempt, startId, false, spanUsage(response.usage)));
   drafts.push(draft("session.usage", usageFields, `${key}:usage`));
   // With an outcome pending, the turn goes on to its evaluation instead of idling.
   if (toolUses > 0 || evaluating) return { drafts, refusals, outcome: null };
@@ -123,7 +126,7 @@ function planResponse(
 }
 
 /** What an aborted wait means: the caller stopped us (resume later), the user interrupted (replan), or the session ended. */
-function abortOutcome(reason: WatchReason | null): TurnOutcome | "interrupt" {
+export function abortOutcome(reason: WatchReason | null): TurnOutcome | "interrupt" {
   if (reason === "interrupt") return "interrupt";
   if (reason === "terminated") return ENDED;
   return { type: "interrupted" };
@@ -179,7 +182,9 @@ export async function modelStep(
   const request: ModelRequest = {
     model: modelIdOf(ctx.agent),
     system: ctx.agent.system ?? null,
-    messages: await buildConversation(deps.storage, state, catalogue.exposed),
+    messages: await buildConversation(deps.storage, state, catalogue.exposed, {
+      compaction: await loadCompaction(deps.storage, ctx.sessionId, state),
+    }),
     tools: catalogue.definitions,
     userId: ctx.sessionId,
   };

@@ -12,10 +12,12 @@
  *     idle with `requires_action` listing them (re-emitted when the set shrinks);
  *  4. input the model has not seen (a user message, a tool result) calls the
  *     model, unless the session's budget is spent (then idle, `budget_reached`);
+ *     a conversation near the model's context window is compacted first;
  *  5. an outcome the agent has worked on since its last verdict is evaluated;
  *  6. otherwise the turn is over: make sure the last status says idle.
  */
 import { createHash } from "node:crypto";
+import { type CompactionPlan, compactionDue } from "./compaction-cut.ts";
 import type { LogState, OutcomeRecord, ToolUseRecord } from "./log.ts";
 import { outstandingToolUses, TERMINAL_OUTCOME_RESULTS } from "./log.ts";
 import type { ServerToolExecutor } from "./server-tools.ts";
@@ -54,6 +56,8 @@ export type Step =
   | { kind: "idle"; stopReason: StopReason; outcome: TurnOutcome; dedupeKey: string }
   | { kind: "act"; toolUse: ToolUseRecord; action: Action }
   | { kind: "call_model" }
+  /** Summarize the conversation before `cut` first (compaction.ts), then call the model. */
+  | { kind: "compact"; cut: number }
   | { kind: "evaluate"; evaluation: Evaluation };
 
 /** The outcome evaluation the log calls for (`span.outcome_evaluation_*`). */
@@ -94,6 +98,8 @@ export interface PlanContext {
   executors: readonly ServerToolExecutor[];
   /** Whether the session's budget still allows a model call (usage.ts); `needsTurn` may leave it out. */
   budget?: "ok" | "reached" | "unpriced";
+  /** When the conversation is compacted before a model call; without it, never (`needsTurn`). */
+  compaction?: CompactionPlan | undefined;
 }
 
 export const SANDBOX_FREE_REFUSAL =
@@ -162,7 +168,10 @@ export function planStep(state: LogState, ctx: PlanContext): Step {
     };
   }
   if (state.lastInputSeq > Math.max(state.lastResponseEndSeq, state.lastIdleSeq, state.lastInterruptSeq)) {
-    if (ctx.budget === undefined || ctx.budget === "ok") return { kind: "call_model" };
+    if (ctx.budget === undefined || ctx.budget === "ok") {
+      const cut = compactionDue(state, ctx.compaction);
+      return cut === null ? { kind: "call_model" } : { kind: "compact", cut };
+    }
     // The spend so far has reached the ceiling: the turn ends here, before the model call.
     return {
       kind: "idle",

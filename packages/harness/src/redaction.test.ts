@@ -47,4 +47,19 @@ describe("redactOutcome", () => {
     const outcome = { content: [{ type: "text" as const, text: secret }], isError: true };
     expect(redactOutcome(new SecretRedactor(), outcome)).toBe(outcome);
   });
+
+  it("redacts a web_search hit's title, source and text too", () => {
+    const redactor = new SecretRedactor();
+    redactor.add(secret);
+    const hit = {
+      type: "search_result" as const,
+      source: `https://example.test/?key=${secret}`,
+      title: `leaked ${secret}`,
+      content: [{ type: "text" as const, text: `body ${secret}` }],
+      citations: { enabled: true },
+    };
+    const out = redactOutcome(redactor, { content: [hit], isError: false });
+    expect(JSON.stringify(out)).not.toContain(secret);
+    expect(out.content[0]).toMatchObject({ type: "search_result", title: "leaked [redacted credential]", citations: { enabled: true } });
+  });
 });

@@ -34,14 +34,27 @@ export class SecretRedactor {
 }
 
 type TextBlock = { type: "text"; text: string };
+/** A web_search hit: its title, source and text are third-party content too. */
+type SearchBlock = { type: "search_result"; source: string; title: string; content: TextBlock[] };
 
-/** A tool's outcome with every text block, and a session error's message, redacted. */
-export function redactOutcome<T extends { content: TextBlock[]; sessionError?: Record<string, unknown> | undefined }>(
+function redactBlock<B extends TextBlock | SearchBlock>(redactor: SecretRedactor, block: B): B {
+  if (block.type === "text") return { ...block, text: redactor.redact(block.text) };
+  const hit = block as SearchBlock;
+  return {
+    ...block,
+    source: redactor.redact(hit.source),
+    title: redactor.redact(hit.title),
+    content: hit.content.map((inner) => ({ ...inner, text: redactor.redact(inner.text) })),
+  };
+}
+
+/** A tool's outcome with every text (search hits included), and a session error's message, redacted. */
+export function redactOutcome<T extends { content: Array<TextBlock | SearchBlock>; sessionError?: Record<string, unknown> | undefined }>(
   redactor: SecretRedactor,
   outcome: T,
 ): T {
   if (redactor.empty) return outcome;
-  const content = outcome.content.map((block) => ({ ...block, text: redactor.redact(block.text) }));
+  const content = outcome.content.map((block) => redactBlock(redactor, block));
   const error = outcome.sessionError;
   const message = error?.message;
   const sessionError = typeof message === "string" ? { ...error, message: redactor.redact(message) } : error;

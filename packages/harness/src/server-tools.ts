@@ -1,6 +1,6 @@
 /**
  * The contract between the agent loop and tools that run inside the server
- * (MCP toolsets, web_fetch). Implementations live in `./server-tools/`.
+ * (MCP toolsets, web_fetch, web_search). Implementations live in `./server-tools/`.
  *
  * How the loop uses an executor:
  * - an executor whose `id` names one of the agent's `mcp_servers` is that MCP
@@ -43,6 +43,21 @@ export interface ServerToolBinding {
   permissionPolicy?: { type: "always_allow" | "always_ask" | "auto" };
 }
 
+/** A `search_result` block (BetaManagedAgentsSearchResultBlock): what web_search returns per hit. */
+export interface SearchResultBlock {
+  type: "search_result";
+  source: string;
+  title: string;
+  content: Array<{ type: "text"; text: string }>;
+  citations: { enabled: boolean };
+}
+
+/** What a call returns: the content of its `agent.tool_result` (or `agent.mcp_tool_result`). */
+export interface ServerToolResult {
+  content: Array<{ type: "text"; text: string } | SearchResultBlock>;
+  isError: boolean;
+}
+
 export interface ServerToolExecutor {
   /** e.g. "web_fetch" or an MCP server name */
   readonly id: string;
@@ -52,7 +67,7 @@ export interface ServerToolExecutor {
     call: { name: string; input: unknown; toolUseId: string },
     ctx: ServerToolContext,
     signal: AbortSignal,
-  ): Promise<{ content: Array<{ type: "text"; text: string }>; isError: boolean }>;
+  ): Promise<ServerToolResult>;
   /**
    * Optional: the `usage.server_tool_use` counter each executed call bumps
    * (e.g. `web_fetch_requests`); priced by the list price table.

@@ -24,7 +24,11 @@ import type { PriceTable } from "@openma/pricing";
 import type { Clock, IdFactory, SecretBox, Storage } from "@openma/storage";
 import { actStep } from "./actions.ts";
 import { draft, withSession } from "./append.ts";
+import { compactStep } from "./compaction.ts";
+import type { CompactionPlan } from "./compaction-cut.ts";
 import { loadContext, modelIdOf, type SessionContext, serverToolContext } from "./context.ts";
+import { type ContextWindowTable, compactionThreshold, DEFAULT_CONTEXT_WINDOWS } from "./context-window.ts";
+import { loadCompaction } from "./conversation.ts";
 import { type LoggedEvent, type LogState, readNewEvents, scanLog } from "./log.ts";
 import type { ModelPort } from "./model.ts";
 import { modelStep } from "./model-step.ts";
@@ -55,13 +59,28 @@ export interface TurnRunnerDeps {
   secrets?: SecretBox | undefined;
   /** List prices for `list_cost` and budgets (default: `@openma/pricing`'s public list prices). */
   prices?: PriceTable | undefined;
+  /** Context windows by model, for compaction (default: `DEFAULT_CONTEXT_WINDOWS`; operators: `OPENMA_CONTEXT_WINDOWS`). */
+  contextWindows?: ContextWindowTable | undefined;
 }
 
 /** A guard against a planner bug looping forever; a real turn never gets near it. */
 const MAX_STEPS = 10_000;
 
-function plan(state: LogState, ctx: SessionContext, executors: readonly ServerToolExecutor[], budget?: BudgetState): Step {
-  return planStep(state, { envType: ctx.envType, archived: ctx.archived, agent: ctx.agent, executors, budget });
+function plan(
+  state: LogState,
+  ctx: SessionContext,
+  executors: readonly ServerToolExecutor[],
+  budget?: BudgetState,
+  compaction?: CompactionPlan,
+): Step {
+  return planStep(state, { envType: ctx.envType, archived: ctx.archived, agent: ctx.agent, executors, budget, compaction });
+}
+
+/** The compaction settings for this step; the previous cut is read only when the conversation is big enough to matter. */
+async function compactionPlan(deps: TurnRunnerDeps, ctx: SessionContext, state: LogState): Promise<CompactionPlan> {
+  const threshold = compactionThreshold(deps.contextWindows ?? DEFAULT_CONTEXT_WINDOWS, modelIdOf(ctx.agent));
+  if (state.contextTokens < threshold) return { threshold, keptFrom: 0 };
+  return { threshold, keptFrom: (await loadCompaction(deps.storage, ctx.sessionId, state))?.keptFromSeq ?? 0 };
 }
 
 /** Why a budget on an unpriced model stops the turn (once per stop, with the idle). */
@@ -152,7 +171,7 @@ async function runSteps(
     const state = scanLog(events);
     const executors = executorsFor(ctx);
     const budget = budgetState(deps.prices, ctx, state.usage);
-    const next = plan(state, ctx, executors, budget);
+    const next = plan(state, ctx, executors, budget, await compactionPlan(deps, ctx, state));
     let outcome: TurnOutcome | null = null;
     switch (next.kind) {
       case "terminated":
@@ -174,6 +193,10 @@ async function runSteps(
         if (!(await running(deps, sessionId, state))) return TERMINATED(sessionId);
         outcome = await evaluateStep(deps, ctx, state, next.evaluation, signal);
         break;
+      case "compact":
+        if (!(await running(deps, sessionId, state))) return TERMINATED(sessionId);
+        outcome = await compactStep(deps, ctx, state, executors, next.cut, signal);
+        break;
       case "call_model":
         if (!(await running(deps, sessionId, state))) return TERMINATED(sessionId);
         if (!hostsChecked) await reportCredentialHosts(deps, ctx, state);
@@ -194,5 +217,5 @@ export async function needsTurn(storage: Storage, sessionId: string): Promise<bo
   await readNewEvents(storage, sessionId, events);
   // Executors only decide *how* a tool use is settled, not *whether* there is work, so none are needed here.
   const next = plan(scanLog(events), ctx, []);
-  return next.kind === "act" || next.kind === "call_model" || next.kind === "idle" || next.kind === "evaluate";
+  return next.kind === "act" || next.kind === "call_model" || next.kind === "compact" || next.kind === "idle" || next.kind === "evaluate";
 }

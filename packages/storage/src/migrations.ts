@@ -11,6 +11,7 @@ import { sessionActivity } from "./migrations/0015_session_activity.ts";
 import { deployments } from "./migrations/0016_deployments.ts";
 import { webhooks } from "./migrations/0017_webhooks.ts";
 import { dreamsProfilesTunnels } from "./migrations/0018_dreams_profiles_tunnels.ts";
+import { sessionCompactions } from "./migrations/0019_session_compactions.ts";
 
 /** Ordered by name; a new migration is a new file plus one line here. */
 export const migrations: Record<string, Migration> = {
@@ -25,6 +26,7 @@ export const migrations: Record<string, Migration> = {
   "0016_deployments": deployments,
   "0017_webhooks": webhooks,
   "0018_dreams_profiles_tunnels": dreamsProfilesTunnels,
+  "0019_session_compactions": sessionCompactions,
 };
 
 /**

@@ -225,6 +225,7 @@ export interface Database {
   sandbox_owners: SandboxOwnerRow;
   openma_deployment: { id: string };
   session_activity: SessionActivityRow;
+  session_compactions: SessionCompactionRow;
   deployments: DeploymentRow;
   deployment_runs: DeploymentRunRow;
   webhook_endpoints: WebhookEndpointRow;
@@ -328,6 +329,15 @@ export interface SessionActivityRow {
   active_ms: number;
   /** Start of the open running interval; null while the session is not running. */
   running_since_ms: number | null;
+}
+
+/** The summary behind one `agent.thread_context_compacted` event (migration 0019). */
+export interface SessionCompactionRow {
+  session_id: string;
+  event_id: string;
+  /** Content events at or after this seq stay in the conversation verbatim. */
+  kept_from_seq: number;
+  summary: string;
 }
 
 /** A deployment (migration 0016): `body` is the API document; the other columns serve the scheduler. */

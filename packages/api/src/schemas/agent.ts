@@ -14,6 +14,19 @@ export type PermissionPolicy = z.infer<typeof policy>;
 
 export const BUILTIN_TOOL_NAMES = ["bash", "read", "write", "edit", "glob", "grep", "web_fetch", "web_search"] as const;
 
+/** web_search domain entries: a plain hostname, optionally with a path suffix (no scheme or port). */
+const searchDomain = z
+  .string()
+  .max(2048)
+  .regex(/^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*(\/\S*)?$/i, "must be a hostname, optionally with a path");
+const searchDomains = z.array(searchDomain).min(1, "must not be empty (omit it instead)").max(64);
+const webSearchDomains = z
+  .object({ allowed_domains: searchDomains.optional(), blocked_domains: searchDomains.optional() })
+  .refine(
+    (c) => c.allowed_domains === undefined || c.blocked_domains === undefined,
+    "allowed_domains and blocked_domains cannot be combined",
+  );
+
 const toolsetConfigParam = z
   .object({
     name: z.enum(BUILTIN_TOOL_NAMES),
@@ -22,7 +35,13 @@ const toolsetConfigParam = z
     permission_policy: policy.nullish(),
   })
   .loose()
-  .refine((c) => c.type === undefined || c.type === c.name, "type must equal name");
+  .refine((c) => c.type === undefined || c.type === c.name, "type must equal name")
+  .superRefine((c, ctx) => {
+    if (c.name !== "web_search") return;
+    const domains = webSearchDomains.safeParse(c);
+    for (const issue of domains.success ? [] : domains.error.issues)
+      ctx.addIssue({ code: "custom", path: issue.path, message: issue.message });
+  });
 
 const defaultConfigParam = z.object({ enabled: z.boolean().nullish(), permission_policy: policy.nullish() }).nullish();
 

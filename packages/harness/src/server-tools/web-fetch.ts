@@ -23,6 +23,7 @@ import { isIP, type LookupFunction } from "node:net";
 import { z } from "zod";
 import type { ModelToolDefinition, ServerToolContext, ServerToolExecutor } from "../server-tools.ts";
 import { AddressPolicy, environmentAllowedHosts, type HostPolicy, hostRefusal, normalizeHost } from "./host-policy.ts";
+import { domainList, toolsetToolConfig } from "./toolset-config.ts";
 import { CredentialUnreadableError, SessionCredentials, substitutePlaceholders } from "./vault-credentials.ts";
 
 export interface ResolvedAddress {
@@ -82,18 +83,12 @@ const inputSchema = z.object({
     .optional(),
 });
 
-const domainList = z.array(z.string().min(1).max(253)).max(256);
 const webFetchConfigSchema = z.object({
   name: z.literal("web_fetch"),
   enabled: z.boolean().nullish(),
   allowed_domains: domainList.nullish(),
   blocked_domains: domainList.nullish(),
   max_content_tokens: z.number().nullish(),
-});
-const toolsetSchema = z.object({
-  type: z.literal("agent_toolset_20260401"),
-  default_config: z.object({ enabled: z.boolean().nullish() }).nullish(),
-  configs: z.array(z.unknown()).nullish(),
 });
 
 export interface WebFetchConfig {
@@ -105,27 +100,17 @@ export interface WebFetchConfig {
 
 /** The agent's web_fetch settings from its `agent_toolset_20260401` entry; disabled when absent. */
 export function webFetchConfig(agent: unknown): WebFetchConfig {
-  const tools = (agent as { tools?: unknown } | null)?.tools;
-  const off: WebFetchConfig = { enabled: false, allowedDomains: null, blockedDomains: null, maxContentTokens: null };
-  if (!Array.isArray(tools)) return off;
-  for (const tool of tools) {
-    const toolset = toolsetSchema.safeParse(tool);
-    if (!toolset.success) continue;
-    const entry = (toolset.data.configs ?? []).find((c) => (c as { name?: unknown } | null)?.name === "web_fetch");
-    const cfg = entry === undefined ? null : webFetchConfigSchema.safeParse(entry);
-    // A config entry we cannot read is not silently widened: the tool stays off.
-    if (cfg && !cfg.success) return off;
-    const data = cfg?.data;
-    const tokens = data?.max_content_tokens;
-    return {
-      enabled: data?.enabled ?? toolset.data.default_config?.enabled ?? true,
-      allowedDomains: data?.allowed_domains ?? null,
-      blockedDomains: data?.blocked_domains ?? null,
-      maxContentTokens:
-        typeof tokens === "number" && Number.isFinite(tokens) ? Math.min(Math.max(Math.trunc(tokens), 1), MAX_CONTENT_TOKENS) : null,
-    };
-  }
-  return off;
+  const found = toolsetToolConfig(agent, "web_fetch", webFetchConfigSchema);
+  if (!found) return { enabled: false, allowedDomains: null, blockedDomains: null, maxContentTokens: null };
+  const data = found.config;
+  const tokens = data?.max_content_tokens;
+  return {
+    enabled: found.enabled,
+    allowedDomains: data?.allowed_domains ?? null,
+    blockedDomains: data?.blocked_domains ?? null,
+    maxContentTokens:
+      typeof tokens === "number" && Number.isFinite(tokens) ? Math.min(Math.max(Math.trunc(tokens), 1), MAX_CONTENT_TOKENS) : null,
+  };
 }
 
 export const WEB_FETCH_TOOL: ModelToolDefinition = {
