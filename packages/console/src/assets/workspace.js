@@ -17,10 +17,9 @@ function Entry({ sessionId, entry, open, onError }) {
   if (entry.type === "file") {
     const get = () =>
       saveFrom(`${base(sessionId)}/content?path=${encodeURIComponent(entry.path)}`, entry.name).catch((err) => onError(err.message));
-    return html`${entry.name}
-      <button type="button" class="link" onClick=${get} aria-label=${`Download ${entry.path} from the workspace`}>Download</button>`;
+    return html`<code>${entry.name}</code>${" "}<button type="button" class="link" onClick=${get} aria-label=${`Download ${entry.path} from the workspace`}>Download</button>`;
   }
-  return html`${entry.name} <span class="muted">(${entry.type === "symlink" ? "symbolic link, not followed" : "not a regular file"})</span>`;
+  return html`<code>${entry.name}</code> <span class="muted">(${entry.type === "symlink" ? "symbolic link, not followed" : "not a regular file"})</span>`;
 }
 
 export function WorkspaceBrowser({ sessionId, revision }) {
