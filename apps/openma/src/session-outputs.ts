@@ -75,7 +75,6 @@ export function sessionOutputs(opts: SessionOutputsOptions): SessionOutputs {
   const limits: OutputLimits = { ...DEFAULT_OUTPUT_LIMITS, ...opts.limits };
   // What each path held when it was last read: an unchanged stamp needs no second read.
   const seen = new Map<string, Map<string, { stamp: FileStamp; sha256: string }>>();
-  const chains = new Map<string, Promise<unknown>>();
 
   const run = async (sessionId: string): Promise<CollectReport> => {
     const report: CollectReport = { recorded: 0, unchanged: 0, removed: 0, refused: [] };
@@ -141,18 +140,23 @@ export function sessionOutputs(opts: SessionOutputsOptions): SessionOutputs {
     return report;
   };
 
-  return {
-    collect(sessionId) {
-      const previous = chains.get(sessionId) ?? Promise.resolve();
-      const next = previous.catch(() => undefined).then(() => run(sessionId));
-      chains.set(sessionId, next);
-      void next
-        .finally(() => {
-          if (chains.get(sessionId) === next) chains.delete(sessionId);
-        })
-        .catch(() => undefined);
-      return next;
-    },
+  return { collect: oneAtATime((sessionId: string) => sessionId, run) };
+}
+
+/** `run` with calls of the same key (a session) queued behind each other (a failed one does not block the next). */
+export function oneAtATime<A, T>(keyOf: (arg: A) => string, run: (arg: A) => Promise<T>): (arg: A) => Promise<T> {
+  const chains = new Map<string, Promise<unknown>>();
+  return (arg) => {
+    const key = keyOf(arg);
+    const previous = chains.get(key) ?? Promise.resolve();
+    const next = previous.catch(() => undefined).then(() => run(arg));
+    chains.set(key, next);
+    void next
+      .finally(() => {
+        if (chains.get(key) === next) chains.delete(key);
+      })
+      .catch(() => undefined);
+    return next;
   };
 }
 
