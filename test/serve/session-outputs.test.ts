@@ -67,7 +67,8 @@ describe.each<Dialect>(["sqlite", "postgres"])("session outputs as files (%s)", 
     const { agentId, environmentId } = await agentAndEnvironment(t, "always_allow");
     const session = await t.client.beta.sessions.create({ agent: agentId, environment_id: environmentId });
     await say(session.id, "first");
-    await until(async () => (await outputs(session.id)).length > 0, "the first turn's outputs");
+    // Rows commit one file at a time: wait for the whole collection (anything more, e.g. a followed link, times out below).
+    await until(async () => (await outputs(session.id)).length >= 2, "the first turn's outputs");
     const first = await outputs(session.id);
     // Symlinks, the FIFO and the file over the cap are left out; the rest are listed by their path.
     expect(first.map((f) => f.filename)).toEqual(["data/numbers.csv", "report.md"]);
