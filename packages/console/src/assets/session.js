@@ -44,8 +44,12 @@ function ToolAnswer({ sessionId, event, onError }) {
   </div>`;
 }
 
-/** Outputs are collected just after a turn ends (ADR 0023): look again shortly after each status change. */
-const OUTPUT_RECHECK_MS = [0, 1500, 5000];
+/**
+ * Outputs are collected just after a turn ends (ADR 0023), so the list is read
+ * again shortly after each status change, and every few seconds while the page is open.
+ */
+const OUTPUT_RECHECK_MS = [0, 1500];
+const OUTPUT_REFRESH_MS = 5000;
 
 function Outputs({ sessionId, revision }) {
   const [files, setFiles] = useState(null);
@@ -56,9 +60,11 @@ function Outputs({ sessionId, revision }) {
         .then((res) => live && setFiles([...res.data].sort((a, b) => a.filename.localeCompare(b.filename))))
         .catch(() => live && setFiles([]));
     const timers = OUTPUT_RECHECK_MS.map((ms) => setTimeout(load, ms));
+    const refresh = setInterval(load, OUTPUT_REFRESH_MS);
     return () => {
       live = false;
       for (const t of timers) clearTimeout(t);
+      clearInterval(refresh);
     };
   }, [sessionId, revision]);
   if (!files) return null;
