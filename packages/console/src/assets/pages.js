@@ -250,11 +250,23 @@ export function EnvironmentsPage() {
  * field; each driver links to its conformance row) and a warm pool when the
  * server reports one.
  */
+let conformance = null;
+/** The conformance table (/console/conformance.json), fetched once per page load. */
+const conformanceTable = () => {
+  conformance ??= fetch("/console/conformance.json").then((r) => r.json());
+  return conformance;
+};
+/** A driver's conformance row by its owner-record name (`docker` is the `node-docker` row). */
+const conformanceOf = (table, driver) => table?.data?.find((row) => row.driver === driver || row.driver.endsWith(`-${driver}`));
+
 function RuntimeStatus({ environment }) {
-  const stats = useLoad(() => api(`/v1/environments/${encodeURIComponent(environment.id)}/work/stats`), [environment.id]);
+  const stats = useLoad(
+    () => Promise.all([api(`/v1/environments/${encodeURIComponent(environment.id)}/work/stats`), conformanceTable().catch(() => null)]),
+    [environment.id],
+  );
   if (stats.error) return html`<span class="muted">unavailable</span>`;
-  const s = stats.data;
-  if (!s) return html`<span class="muted">…</span>`;
+  if (!stats.data) return html`<span class="muted">…</span>`;
+  const [s, table] = stats.data;
   const drivers = s.sandboxes ?? [];
   return html`<span data-testid=${`runtime-${environment.name}`}>
     ${s.depth} queued, ${s.pending} pending, ${s.workers_polling ?? 0} workers polling
@@ -264,7 +276,7 @@ function RuntimeStatus({ environment }) {
         ? html`<span class="muted">no sandboxes running</span>`
         : drivers.map(
             (d) => html`<span key=${d.driver}
-              >Sandbox driver <a href="#/conformance">${d.driver}</a>: ${d.owned} running, ${d.idle} idle${d.orphaned ? `, ${d.orphaned} orphaned` : ""}.
+              >Sandbox driver <a href="#/conformance">${d.driver}</a>${conformanceOf(table, d.driver) ? ` (${conformanceOf(table, d.driver).class})` : ""}:${" "}${d.owned} running, ${d.idle} idle${d.orphaned ? `, ${d.orphaned} orphaned` : ""}.
             </span>`,
           )
     }
@@ -273,7 +285,7 @@ function RuntimeStatus({ environment }) {
 }
 
 export function ConformancePage() {
-  const table = useLoad(() => fetch("/console/conformance.json").then((r) => r.json()), []);
+  const table = useLoad(conformanceTable, []);
   return html`<section aria-labelledby="conformance-heading">
     <h1 id="conformance-heading">Sandbox driver conformance</h1>
     <p class="muted">What each sandbox driver of this build delivers (unbuilt drivers show what they are planned to offer).</p>
