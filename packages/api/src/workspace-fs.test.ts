@@ -11,7 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ApiError } from "./errors.ts";
-import { listOpenDirectory, openInWorkspace, workspaceSegments } from "./workspace-fs.ts";
+import { listOpenDirectory, MAX_LISTING_ENTRIES, openInWorkspace, workspaceSegments } from "./workspace-fs.ts";
 
 let root: string;
 let outside: string;
@@ -58,6 +58,22 @@ describe("workspace paths", () => {
     expect(await refusal("pipe")).toEqual({ status: 400, code: "path_refused" });
     expect(await refusal("src/main.txt/x")).toEqual({ status: 404, code: undefined });
     expect(await refusal("missing")).toEqual({ status: 404, code: undefined });
+  });
+
+  it("lists at most a thousand entries of a huge directory, and says so", async () => {
+    const many = join(root, "many");
+    await mkdir(many);
+    await Promise.all(Array.from({ length: MAX_LISTING_ENTRIES + 1 }, (_, i) => writeFile(join(many, `f${i}`), "")));
+    const opened = await openInWorkspace(root, ["many"]);
+    try {
+      if (opened.type !== "directory") throw new Error("many is a directory");
+      const { entries, truncated } = await listOpenDirectory(opened);
+      expect(entries).toHaveLength(MAX_LISTING_ENTRIES);
+      expect(truncated).toBe(true);
+    } finally {
+      await opened.fh.close();
+      await rm(many, { recursive: true });
+    }
   });
 
   it("lists links as links, with their own metadata", async () => {

@@ -9,7 +9,7 @@
  * non-blocking and refused after fstat, so they never stall the server).
  */
 import { constants, type Stats } from "node:fs";
-import { type FileHandle, lstat, open, readdir } from "node:fs/promises";
+import { type FileHandle, lstat, open, opendir } from "node:fs/promises";
 import { ApiError, badRequest } from "./errors.ts";
 
 const { O_RDONLY, O_DIRECTORY, O_NOFOLLOW, O_NONBLOCK } = constants;
@@ -84,13 +84,26 @@ export async function openInWorkspace(root: string, segments: string[]): Promise
   return { type: "directory", fh, path };
 }
 
-/** The directory's entries sorted by name (at most MAX_LISTING_ENTRIES; `truncated` says when more exist). */
+/**
+ * The directory's entries sorted by name: at most MAX_LISTING_ENTRIES, read
+ * one by one (a sandbox's directory of millions of names is never read whole);
+ * `truncated` says when more exist, and then which ones are shown is the
+ * directory's own order.
+ */
 export async function listOpenDirectory(
   dir: Extract<Opened, { type: "directory" }>,
 ): Promise<{ entries: WorkspaceEntry[]; truncated: boolean }> {
   const base = `/proc/self/fd/${dir.fh.fd}`;
-  const names = (await readdir(base)).sort();
-  const shown = names.slice(0, MAX_LISTING_ENTRIES);
+  const names: string[] = [];
+  let truncated = false;
+  for await (const entry of await opendir(base)) {
+    if (names.length === MAX_LISTING_ENTRIES) {
+      truncated = true;
+      break;
+    }
+    names.push(entry.name);
+  }
+  const shown = names.sort();
   const entries: WorkspaceEntry[] = [];
   for (const name of shown) {
     // lstat: a link is described as a link, never as what it points at.
@@ -104,5 +117,5 @@ export async function listOpenDirectory(
       modified_at: st.mtime.toISOString(),
     });
   }
-  return { entries, truncated: names.length > shown.length };
+  return { entries, truncated };
 }
