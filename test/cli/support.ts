@@ -1,6 +1,7 @@
 /** What the CLI tests share: in-process stdio for the client commands, and a server whose brain runs the scripted model. */
 import { PassThrough, Writable } from "node:stream";
 import { type ManualScheduler, type ScriptInput, startScriptedModel } from "@openma/scripted-model";
+import type { Dialect } from "@openma/storage";
 import type { CliIo } from "../../apps/openma/src/cli/client.ts";
 import { startTestServer, type TestServer } from "../support/server.ts";
 
@@ -35,9 +36,14 @@ export function captureIo(env: Record<string, string>, opts: { tty?: boolean } =
 }
 
 /** The real server with its brain on: the scripted model answers, tools run in bubblewrap sandboxes. */
-export async function startBrainServer(script: ScriptInput, scheduler?: ManualScheduler) {
+export async function startBrainServer(
+  script: ScriptInput,
+  scheduler?: ManualScheduler,
+  opts: { dialect?: Dialect; env?: Record<string, string> } = {},
+) {
   const model = await startScriptedModel({ apiKey: MODEL_KEY, script, ...(scheduler ? { scheduler } : {}) });
-  const t = await startTestServer("sqlite", {
+  const t = await startTestServer(opts.dialect ?? "sqlite", {
+    ...opts.env,
     OPENMA_BRAIN: "on",
     OPENMA_SANDBOX: "bubblewrap",
     OPENMA_MODEL_BASE_URL: model.url,

@@ -16,7 +16,9 @@ import { readFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { join } from "node:path";
 import { toFile } from "@anthropic-ai/sdk";
+import { appendEvents } from "@openma/api";
 import { ManualScheduler, type ScriptedModel, startScriptedModel } from "@openma/scripted-model";
+import { newId, systemClock } from "@openma/storage";
 import { type Browser, chromium, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../support/server.ts";
@@ -26,6 +28,11 @@ import { type CutProxy, startCutProxy } from "./cut-proxy.ts";
 const CHROMIUM = "/usr/bin/chromium";
 const MODEL_KEY = "sk-scripted-console";
 const SCREENSHOTS = process.env.OPENMA_CONSOLE_SCREENSHOTS ? join(import.meta.dirname, "..", "..", "docs", "console") : null;
+const DELIVER = [
+  "printf '# Summary\\nAll good.\\n' > /mnt/session/outputs/summary.md",
+  "mkdir -p /workspace/src && printf 'main file\\n' > /workspace/src/main.txt && ln -sfn /etc /workspace/etc-link",
+  "echo delivered",
+].join(" && ");
 const AXE_SCRIPT = createRequire(import.meta.url).resolve("axe-core/axe.min.js");
 
 type Violation = { id: string; impact: string | null; help: string; nodes: Array<{ target: unknown }> };
@@ -69,6 +76,12 @@ describe("the console in Chromium", () => {
         },
         // The answer after the tool waits for the test's clock: the turn is mid-way while the connection is cut.
         { match: { tool_result_for: "bash", tool_result_contains: "allowed" }, delay: { first_byte_ms: 60_000 }, response: "Ran it." },
+        // A deliverable in the outputs directory and a file in the workspace, next to a link that must not be followed.
+        {
+          match: { last_user_text_contains: "deliver it" },
+          response: { content: [{ type: "tool_use", name: "bash", input: { command: DELIVER } }] },
+        },
+        { match: { tool_result_for: "bash", tool_result_contains: "delivered" }, response: "Delivered." },
         // One frame per step of the test's clock: the message can be seen half-written.
         {
           match: { last_user_text_contains: "stream it" },
@@ -260,5 +273,106 @@ describe("the console in Chromium", () => {
     await poll(() => final.textContent()).toContain("First half. Second half.");
     expect(await final.getAttribute("data-event-id")).toBe(previewId);
     expect(await preview.count()).toBe(0);
+  });
+  /** Signed in (the key lives in the browser's storage) on `hash`, whoever ran before. */
+  async function openSignedIn(hash: string): Promise<void> {
+    await page.goto(`${proxy.url}/console`);
+    await page.evaluate((key) => localStorage.setItem("openma.console.apiKey", key), t.apiKey);
+    await page.goto(`${proxy.url}/console${hash}`);
+    await page.reload();
+  }
+
+  it("downloads a deliverable from the session's outputs and browses its workspace", async () => {
+    const agent = await t.client.beta.agents.create({
+      name: "deliverer",
+      model: "claude-test-1",
+      tools: [{ type: "agent_toolset_20260401", default_config: { permission_policy: { type: "always_allow" } } }],
+    });
+    const environment = await t.client.beta.environments.create({ name: "deliver-env", config: { type: "cloud" } as never });
+    const session = await t.client.beta.sessions.create({ agent: agent.id, environment_id: environment.id, title: "deliverables" });
+    await openSignedIn(`#/sessions/${session.id}`);
+    await page.getByRole("status").getByText("Live").waitFor();
+    await page.getByLabel("Message").fill("deliver it");
+    await page.getByRole("button", { name: "Send" }).click();
+    await page.locator('[data-type="agent.message"]').getByText("Delivered.").waitFor();
+
+    // The outputs list fills once the turn's outputs are collected (ADR 0023).
+    const deliverable = page.getByRole("button", { name: "Download summary.md" });
+    await deliverable.waitFor({ timeout: 30_000 });
+    const [download] = await Promise.all([page.waitForEvent("download"), deliverable.click()]);
+    expect(download.suggestedFilename()).toBe("summary.md");
+    expect(await readFile(await download.path(), "utf8")).toBe("# Summary\nAll good.\n");
+
+    // The workspace: into a folder, a file downloads; the symlink is listed, never followed.
+    await page.getByRole("button", { name: "Open folder src" }).click();
+    const workspaceFile = page.getByRole("button", { name: "Download src/main.txt from the workspace" });
+    await workspaceFile.waitFor();
+    expect(await seriousViolations(page)).toEqual([]);
+    await screenshot(page, "session-outputs-workspace");
+    const [fromWorkspace] = await Promise.all([page.waitForEvent("download"), workspaceFile.click()]);
+    expect(fromWorkspace.suggestedFilename()).toBe("main.txt");
+    expect(await readFile(await fromWorkspace.path(), "utf8")).toBe("main file\n");
+    await page.getByRole("navigation", { name: "Workspace path" }).getByRole("button", { name: "/workspace" }).click();
+    await page.locator('[data-workspace-path="etc-link"]').getByText("symbolic link, not followed").waitFor();
+  });
+
+  it("keeps a 10,000-event session's timeline to the rows in view", async () => {
+    const agent = await t.client.beta.agents.create({ name: "chatty", model: "claude-test-1" });
+    const environment = await t.client.beta.environments.create({ name: "chatty-env" });
+    const session = await t.client.beta.sessions.create({ agent: agent.id, environment_id: environment.id, title: "long" });
+    const deps = { storage: t.store.storage, clock: systemClock, ids: newId };
+    for (let i = 0; i < 10_000; i += 1000) {
+      const drafts = Array.from({ length: 1000 }, (_, j) => ({
+        type: "agent.message",
+        fields: { content: [{ type: "text", text: `line ${i + j}` }] },
+        dedupeKey: null,
+      }));
+      await appendEvents(deps, session.id, drafts);
+    }
+    await openSignedIn(`#/sessions/${session.id}`);
+    const list = page.locator("ol[data-total-events]");
+    await poll(() => list.getAttribute("data-total-events")).toBe("10000");
+    // It opens at the newest events, and only a window of rows is in the page.
+    await page.locator("[data-event-id]").getByText("line 9999", { exact: true }).waitFor();
+    const rendered = await page.locator("[data-event-id]").count();
+    expect(rendered).toBeGreaterThan(0);
+    expect(rendered).toBeLessThan(200);
+    // Scrolled to the top, the first events are rendered instead, and still only a window.
+    await page.getByRole("region", { name: "Session timeline" }).evaluate((el) => {
+      el.scrollTop = 0;
+    });
+    await page.locator("[data-event-id]").getByText("line 0", { exact: true }).waitFor();
+    expect(await page.locator("[data-event-id]").count()).toBeLessThan(200);
+    expect(await page.locator("[data-event-id]").getByText("line 9999", { exact: true }).count()).toBe(0);
+    expect(await seriousViolations(page)).toEqual([]);
+  });
+
+  it("creates a vault and a credential whose secret is never shown again, and shows each environment's runtime", async () => {
+    const secret = "sk-console-secret-never-shown-0123";
+    await openSignedIn("#/vaults");
+    await page.getByLabel("Vault name").fill("team vault");
+    await page.getByRole("button", { name: "Create vault" }).click();
+    await page.getByRole("heading", { name: "Credentials of team vault" }).waitFor();
+    await page.getByLabel("Display name").fill("deploy token");
+    await page.getByLabel("Variable name").fill("DEPLOY_TOKEN");
+    await page.getByLabel("Secret").fill(secret);
+    await page.getByRole("button", { name: "Create credential" }).click();
+    await page.getByRole("cell", { name: "deploy token" }).waitFor();
+    await page.getByRole("status").getByText("never shown again").waitFor();
+    expect(await page.getByLabel("Secret").inputValue()).toBe("");
+    expect(await page.content()).not.toContain(secret);
+    expect(await seriousViolations(page)).toEqual([]);
+    await screenshot(page, "vaults");
+    const [vault] = (await t.client.beta.vaults.list()).data;
+    const [credential] = (await t.client.beta.vaults.credentials.list(vault!.id)).data;
+    expect(credential).toMatchObject({ display_name: "deploy token", auth: { type: "environment_variable", secret_name: "DEPLOY_TOKEN" } });
+
+    // The environment whose sessions ran here shows its sandbox driver from the stats endpoint.
+    await page.getByRole("navigation").getByRole("link", { name: "Environments" }).click();
+    await poll(() => page.getByTestId("runtime-deliver-env").textContent()).toMatch(
+      /Sandbox driver bubblewrap \(.+\): \d+ running, \d+ idle/,
+    );
+    expect(await seriousViolations(page)).toEqual([]);
+    await screenshot(page, "environments");
   });
 });

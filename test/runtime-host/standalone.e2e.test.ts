@@ -3,7 +3,8 @@
  * shares the server's database (fences) and blob store (checkpoints,
  * manifests), reaches the API over HTTP, and serves the self-hosted
  * environment's session in a bubblewrap sandbox with the official worker.
- * SIGTERM stops it cleanly and leaves no sandbox behind.
+ * Its published outputs become the session's Files. SIGTERM stops it
+ * cleanly and leaves no sandbox behind.
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { join } from "node:path";
@@ -96,6 +97,13 @@ describe("openma runtime-host as a separate process", () => {
       return files?.some((f) => f.path === "result.txt") ? files : null;
     }, "the runtime host's publication of result.txt");
     expect(entries.map((f) => f.path)).toEqual(["result.txt"]);
+    // The published outputs are the session's Files, through the official SDK (ADR 0023).
+    const [file] = await eventually(async () => {
+      const listed = (await t.client.beta.files.list({ scope_id: session.id })).data;
+      return listed.length > 0 ? listed : null;
+    }, "the published outputs as session files");
+    expect(file).toMatchObject({ filename: "result.txt", size_bytes: 5, scope: { type: "session", id: session.id } });
+    expect(await (await t.client.beta.files.download(file!.id)).text()).toBe("done\n");
 
     c.kill("SIGTERM");
     expect(await exited).toBe(0);

@@ -2,7 +2,7 @@
  * Bounded memory under large transfers (docs/transfers.md), measured in a real
  * `openma serve` child process through a memory probe loaded into it: an
  * upload 192× the configured transfer buffer, a download whose reader stops
- * reading, a stream that crosses the upload limit, and an upload whose client
+ * reading (of a file, and of a session's workspace file), a stream that crosses the upload limit, and an upload whose client
  * disconnects halfway.
  *
  * The bound (96 MiB over the value before the transfer, for RSS and for heap +
@@ -13,7 +13,7 @@
  */
 import { createHash, randomBytes } from "node:crypto";
 import { readdirSync, readFileSync, statSync } from "node:fs";
-import { mkdtemp, rm } from "node:fs/promises";
+import { copyFile, mkdir, mkdtemp, rm } from "node:fs/promises";
 import { type IncomingMessage, request } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -72,10 +72,19 @@ describe("large file transfers in a child server", () => {
   const stagingDir = () => join(srv.dataDir, "blobs", ".staging");
   const blobFiles = () => filesUnder(join(srv.dataDir, "blobs", "files")).sort();
   const readPeaks = (): Peaks => JSON.parse(readFileSync(probeFile(), "utf8")) as Peaks;
+  /** The probe's latest peaks, read again when caught mid-write. */
+  const peaks = () =>
+    until("the probe's peaks", () => {
+      try {
+        return readPeaks();
+      } catch {
+        return undefined; // read while it was being written
+      }
+    });
 
   /** Resets the probe's peaks to now and returns the baseline once it has sampled again. */
   async function resetPeaks(): Promise<Peaks> {
-    const before = readPeaks().resets;
+    const before = (await peaks()).resets;
     process.kill(srv.pid, "SIGUSR2");
     return until("the probe to reset", () => {
       try {
@@ -87,8 +96,8 @@ describe("large file transfers in a child server", () => {
     });
   }
 
-  function expectWithinBound(base: Peaks, what: string): void {
-    const now = readPeaks();
+  async function expectWithinBound(base: Peaks, what: string): Promise<void> {
+    const now = await peaks();
     const growth = { rss: now.rss - base.rss, heap: now.heapUsed + now.offHeap - (base.heapUsed + base.offHeap) };
     expect(growth.rss, `${what}: RSS growth ${(growth.rss / MiB).toFixed(1)} MiB`).toBeLessThan(BOUND);
     expect(growth.heap, `${what}: heap + off-heap growth ${(growth.heap / MiB).toFixed(1)} MiB`).toBeLessThan(BOUND);
@@ -96,7 +105,8 @@ describe("large file transfers in a child server", () => {
 
   const rawRequest = (method: string, path: string, headers: Record<string, string | number>) => {
     const url = new URL(path, srv.baseURL);
-    return request(url, { method, headers: { "x-api-key": API_KEY, "anthropic-version": "2023-06-01", ...headers } });
+    // A connection of its own (no keep-alive reuse), so its socket's byte counts are this request's.
+    return request(url, { method, agent: false, headers: { "x-api-key": API_KEY, "anthropic-version": "2023-06-01", ...headers } });
   };
 
   beforeAll(async () => {
@@ -105,7 +115,9 @@ describe("large file transfers in a child server", () => {
       apiKey: API_KEY,
       env: {
         LOG_LEVEL: "silent",
-        OPENMA_BRAIN: "off",
+        // The brain without sandboxes: no turn runs, and the workspace browser serves `<dataDir>/workspaces`.
+        OPENMA_BRAIN: "on",
+        OPENMA_SANDBOX: "none",
         OPENMA_AUTO_PROVISION: "off",
         OPENMA_TRANSFER_BUFFER_BYTES: String(BUFFER),
         OPENMA_FILE_UPLOAD_LIMIT_BYTES: String(LIMIT),
@@ -167,7 +179,7 @@ describe("large file transfers in a child server", () => {
       pump();
     });
     expect(res.status, res.body).toBe(200);
-    expectWithinBound(base, "upload");
+    await expectWithinBound(base, "upload");
     const meta = JSON.parse(res.body) as { id: string; size_bytes: number };
     expect(meta.size_bytes).toBe(FILE_SIZE);
     const sha256 = hash.digest("hex");
@@ -177,10 +189,11 @@ describe("large file transfers in a child server", () => {
     expect(filesUnder(stagingDir())).toEqual([]);
   });
 
-  it("serves a reader that stops reading from a bounded buffer, then the whole file", async () => {
+  /** A GET of `path` whose reader stops reading: the server stalls on backpressure within the bound, then sends it all. */
+  async function stalledDownload(path: string, what: string): Promise<void> {
     const base = await resetPeaks();
     const res = await new Promise<IncomingMessage>((resolve, reject) => {
-      const req = rawRequest("GET", `/v1/files/${uploaded.id}/content`, {});
+      const req = rawRequest("GET", path, {});
       req.on("response", resolve).on("error", reject).end();
     });
     expect(res.statusCode).toBe(200);
@@ -196,7 +209,7 @@ describe("large file transfers in a child server", () => {
       return steady >= 25;
     });
     expect(res.socket.bytesRead).toBeLessThan(FILE_SIZE / 2);
-    expectWithinBound(base, "stalled download");
+    await expectWithinBound(base, `stalled ${what}`);
     const hash = createHash("sha256");
     let size = 0;
     res.on("data", (chunk: Buffer) => {
@@ -207,7 +220,23 @@ describe("large file transfers in a child server", () => {
     await new Promise((r) => res.on("end", r));
     expect(size).toBe(FILE_SIZE);
     expect(hash.digest("hex")).toBe(uploaded.sha256);
-    expectWithinBound(base, "download");
+    await expectWithinBound(base, what);
+  }
+
+  it("serves a reader that stops reading from a bounded buffer, then the whole file", async () => {
+    await stalledDownload(`/v1/files/${uploaded.id}/content`, "download");
+  });
+
+  it("serves a session's workspace file the same way (the console's workspace browser)", async () => {
+    const agent = await srv.client.beta.agents.create({ name: "a", model: "claude-test-1" });
+    const env = await srv.client.beta.environments.create({ name: "e" });
+    const session = await srv.client.beta.sessions.create({ agent: agent.id, environment_id: env.id });
+    // The workspace a sandbox would have written: the uploaded file's bytes, copied on disk.
+    const workspace = join(srv.dataDir, "workspaces", session.id);
+    await mkdir(workspace, { recursive: true });
+    const blob = blobFiles().find((p) => p.endsWith(uploaded.sha256));
+    await copyFile(blob ?? "", join(workspace, "big.bin"));
+    await stalledDownload(`/v1/sessions/${session.id}/workspace/content?path=big.bin`, "workspace download");
   });
 
   it("serves a byte range", async () => {
@@ -283,7 +312,7 @@ describe("large file transfers in a child server", () => {
     expect(streamed.status).toBe(413);
     expect(JSON.parse(streamed.body)).toMatchObject({ type: "error", error: { type: "request_too_large" } });
     expect(streamed.sent).toBeLessThan(LIMIT * 2);
-    expectWithinBound(base, "refused upload");
+    await expectWithinBound(base, "refused upload");
     expect(filesUnder(stagingDir())).toEqual([]);
     expect(blobFiles()).toEqual(before);
   });

@@ -8,11 +8,13 @@
  * sessions in that provider's sandboxes instead (remote-sandboxes.ts).
  */
 import type { Logger } from "@openma/api";
+import type { RuntimeRunResult } from "@openma/host";
 import type { OpenmaMetrics } from "@openma/metrics";
-import type { RemoteRuntimeHostDriver, RunningRuntimeHost, RuntimeHostDriver } from "@openma/runtime-host";
-import type { Storage } from "@openma/storage";
+import type { RemoteRuntimeHostDriver, RunningRuntimeHost, RuntimeHostDriver, WorkTicket } from "@openma/runtime-host";
+import { DEFAULT_TRANSFER_BUFFER_BYTES, newId, type Storage, systemClock } from "@openma/storage";
 import type { RuntimeHostConfig } from "./config.ts";
 import { runtimeHostMetrics } from "./metrics.ts";
+import { publishedOutputs } from "./published-outputs.ts";
 import { isRemoteSandbox, type RemoteSandboxName, remoteRuntimeHostDriver } from "./remote-sandboxes.ts";
 import { type AvailabilityProbes, chooseSandbox, hostProbes } from "./sandbox.ts";
 
@@ -43,13 +45,33 @@ export async function startConfiguredRuntimeHost(options: {
     : await resolveRuntimeHostDriver(config.sandbox, options.probes ?? hostProbes);
   const { startRuntimeHost } = await import("@openma/runtime-host");
   const ttl = config.fenceTtlMs;
+  // A run that published outputs: they become the session's Files (published-outputs.ts, ADR 0023).
+  const outputs = publishedOutputs({
+    storage: options.storage,
+    ids: newId,
+    clock: systemClock,
+    logger: options.logger,
+    fallbackStagingDir: `${options.dataDir}/uploads`,
+    bufferBytes: DEFAULT_TRANSFER_BUFFER_BYTES,
+  });
+  const onResult = (ticket: WorkTicket, result: RuntimeRunResult) => {
+    metered?.onResult(ticket, result);
+    if (result.type !== "completed" || !result.publication?.outputs) return;
+    outputs.importFor({ environmentId: ticket.environmentId, sessionId: ticket.sessionId }).catch((err: unknown) => {
+      options.logger.warn(
+        { session_id: ticket.sessionId, err: err instanceof Error ? err.message : String(err) },
+        "importing published outputs failed",
+      );
+    });
+  };
   return startRuntimeHost({
     driver,
     apiUrl: options.apiUrl,
     environmentId: config.environmentId,
     environmentKey: config.environmentKey,
     storage: metered?.storage ?? options.storage,
-    ...(metered ? { instrument: metered.instrument, onResult: metered.onResult } : {}),
+    ...(metered ? { instrument: metered.instrument } : {}),
+    onResult,
     stateDir: `${options.dataDir}/runtime-host`,
     logger: options.logger,
     concurrency: config.concurrency,

@@ -32,6 +32,7 @@ import { type AvailabilityProbes, openServeSandboxes, type SandboxBackend, type 
 import { openServeOwnership } from "./sandbox-owners.ts";
 import { loadSecretKeys, type SecretKeys } from "./secret-key.ts";
 import { followSessionClosures, type SessionClosures } from "./session-closures.ts";
+import { collectingRunner, type SessionOutputs, sessionOutputs, workspaceDirOf } from "./session-outputs.ts";
 import { tracedRunner, traceFields } from "./spans.ts";
 import type { Tracing } from "./tracing.ts";
 import { VERSION } from "./version.ts";
@@ -113,8 +114,16 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
     },
     selfHostedBrain: config.brain.selfHosted,
     // An archived or deleted session's sandbox goes now, not when its idle timer fires.
-    onSessionClosed: (sessionId) => brain?.sandboxes.release(sessionId),
+    // An archived one's outputs are collected once more after its sandbox stopped writing to them.
+    onSessionClosed: async (sessionId, why) => {
+      await brain?.sandboxes.release(sessionId);
+      if (why === "archived") await brain?.outputs.collect(sessionId);
+    },
     secrets: secretKeys.box,
+    // The console's workspace browser: a local sandbox's workspaces are host directories (sandbox.ts).
+    ...(config.brain.enabled && !isRemoteSandbox(config.brain.sandbox)
+      ? { workspaces: { dirOf: (sessionId: string) => workspaceDirOf(config.dataDir, sessionId) } }
+      : {}),
     metrics: observed?.metrics,
     webhooks: { allowPrivateTargets: config.automation.allowPrivateWebhookTargets },
     ...opts.deps,
@@ -253,6 +262,8 @@ async function sealSecretsAtRest(storage: Storage, deps: ApiDeps, keys: SecretKe
 interface Brain {
   worker: ExecutionWorker;
   sandboxes: ServeSandboxes;
+  /** The sessions' outputs directories, collected into session-scoped files (session-outputs.ts). */
+  outputs: SessionOutputs;
   /** Releases sandboxes of sessions archived or deleted through another server. */
   closures: SessionClosures;
 }
@@ -295,10 +306,25 @@ async function startBrain(
     // MCP connections belong to one session's agent: made per run, closed when it ends.
     sessionTools: (ctx) => createMcpExecutors(ctx.agent),
   });
+  const outputs = sessionOutputs({
+    storage: deps.storage,
+    dataDir: config.dataDir,
+    ids: deps.ids,
+    clock: deps.clock,
+    logger: deps.logger,
+    limits: { maxFileBytes: config.transfers.fileUploadLimitBytes },
+    bufferBytes: config.transfers.bufferBytes,
+  });
+  const collecting = collectingRunner(runner, outputs, deps.logger);
   const worker = new ExecutionWorker({
     storage: deps.storage,
     // Dreams are queued beside sessions (ADR 0021): the same claims, leases and attempts.
-    runner: withDreams(tracer ? tracedRunner(runner, tracer) : runner, { storage: deps.storage, clock: deps.clock, ids: deps.ids, model }),
+    runner: withDreams(tracer ? tracedRunner(collecting, tracer) : collecting, {
+      storage: deps.storage,
+      clock: deps.clock,
+      ids: deps.ids,
+      model,
+    }),
     logger: deps.logger,
     concurrency: config.brain.concurrency,
     leaseTtlMs: config.brain.leaseTtlMs,
@@ -311,7 +337,7 @@ async function startBrain(
   });
   worker.start();
   const closures = followSessionClosures({ storage: deps.storage, sandboxes, logger: deps.logger });
-  return { worker, sandboxes, closures };
+  return { worker, sandboxes, outputs, closures };
 }
 
 /**

@@ -23,6 +23,7 @@ import { userProfileRoutes } from "./routes/user-profiles.ts";
 import { vaultRoutes } from "./routes/vaults.ts";
 import { webhookEndpointRoutes } from "./routes/webhooks.ts";
 import { workRoutes } from "./routes/work.ts";
+import { workspaceRoutes } from "./routes/workspace.ts";
 
 export interface AppInfo {
   version: string;
@@ -99,6 +100,8 @@ export function createApp(deps: ApiDeps, info: AppInfo = { version: "0.0.0" }): 
   app.route("/v1/environments", environmentRoutes());
   app.route("/v1/sessions", eventRoutes());
   app.route("/v1/sessions", sessionRoutes());
+  // OpenMA extension: the console's workspace browser.
+  app.route("/v1/sessions", workspaceRoutes());
   app.route("/v1/vaults", vaultRoutes());
   app.route("/v1/files", fileRoutes());
   app.route("/v1/skills", skillRoutes());

@@ -39,6 +39,12 @@ export interface ApiDeps {
    */
   onSessionClosed?: SessionClosedHook;
   /**
+   * Where a session's workspace is a host directory (`openma serve` with a
+   * local sandbox): the workspace browser extension reads it (routes/workspace.ts).
+   * Absent, or `null` for a session: that route answers 404.
+   */
+  workspaces?: { dirOf(sessionId: string): string | null };
+  /**
    * Seals vault credential secrets at rest (see @openma/storage vault-secrets).
    * `openma serve` always configures one (OPENMA_SECRET_KEY or a key generated
    * into the data dir) and binds it to `storage` for the harness. Without it,

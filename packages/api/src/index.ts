@@ -7,4 +7,5 @@ export * from "./event-log.ts";
 export * from "./previews.ts";
 export { type RunResult, type RunTrigger, runDeployment } from "./routes/deployments.ts";
 export * from "./session-activity.ts";
+export * from "./session-output-files.ts";
 export * from "./transfers.ts";

@@ -40,6 +40,7 @@ import {
 import { resourceAddSchema, resourceUpdateSchema, sessionCreateSchema, sessionUpdateSchema } from "./schemas/session.ts";
 import { skillListQuery, versionListQuery } from "./schemas/skill.ts";
 import { credentialCreateSchema, credentialUpdateSchema, vaultCreateSchema, vaultUpdateSchema } from "./schemas/vault.ts";
+import { workspaceQuery } from "./schemas/workspace.ts";
 
 export type HttpMethod = "get" | "post" | "delete";
 
@@ -115,6 +116,20 @@ export const OPERATIONS: readonly Operation[] = [
     body: resourceUpdateSchema,
   }),
   op("delete", "/v1/sessions/{session_id}/resources/{resource_id}", "deleteSessionResource", "Detach a session resource"),
+  // OpenMA extension: the console's workspace browser.
+  op("get", "/v1/sessions/{session_id}/workspace", "listWorkspace", "List a directory of a session's workspace (OpenMA extension)", {
+    query: workspaceQuery,
+  }),
+  op(
+    "get",
+    "/v1/sessions/{session_id}/workspace/content",
+    "downloadWorkspaceFile",
+    "Download a session's workspace file (OpenMA extension)",
+    {
+      query: workspaceQuery,
+      response: "binary",
+    },
+  ),
 
   op("post", "/v1/vaults", "createVault", "Create a vault", { body: vaultCreateSchema }),
   op("get", "/v1/vaults", "listVaults", "List vaults", { query: documentQuery }),

@@ -19,7 +19,18 @@ describe("consoleRoutes", () => {
   });
 
   it("serves its modules and the UI library's ES module builds as JavaScript", async () => {
-    for (const path of ["/agent.js", "/app.js", "/api.js", "/events.js", "/html.js", "/pages.js", "/session.js", "/timeline.js"]) {
+    for (const path of [
+      "/agent.js",
+      "/app.js",
+      "/api.js",
+      "/events.js",
+      "/html.js",
+      "/pages.js",
+      "/session.js",
+      "/timeline.js",
+      "/workspace.js",
+      "/vaults.js",
+    ]) {
       const res = await get(path);
       expect(res.status, path).toBe(200);
       expect(res.headers.get("content-type")).toBe("text/javascript; charset=utf-8");

@@ -23,6 +23,8 @@ const ASSETS: Record<string, string> = {
   "timeline.js": "text/javascript; charset=utf-8",
   "pages.js": "text/javascript; charset=utf-8",
   "session.js": "text/javascript; charset=utf-8",
+  "workspace.js": "text/javascript; charset=utf-8",
+  "vaults.js": "text/javascript; charset=utf-8",
   "styles.css": "text/css; charset=utf-8",
 };
 

@@ -3,7 +3,7 @@
  * upload into content-addressed blobs, metadata, list, raw download, delete.
  * Expired files read as 404 `file_expired` and drop out of listings.
  */
-import { contentKeyOf, discardStaged, type FileRow } from "@openma/storage";
+import { contentKeyOf, discardStaged, type FileRow, type Storage } from "@openma/storage";
 import type { Context } from "hono";
 import { Hono } from "hono";
 import { requireCredential } from "../auth.ts";
@@ -42,6 +42,14 @@ export function renderFile(row: FileRow): FileMetadata {
     expires_at: row.expires_at,
     scope: row.scope ? { type: "session", id: row.scope } : null,
   };
+}
+
+/** Removes a file blob once no file row references it (file blobs are content-addressed and shared). */
+export async function releaseFileBlob(storage: Storage, key: string): Promise<void> {
+  await releaseBlob(storage, key, async () => {
+    const other = await storage.db.selectFrom("files").select("id").where("blob_key", "=", key).limit(1).executeTakeFirst();
+    return !!other;
+  });
 }
 
 /** A file that exists and has not expired (404 `file_expired` once it has). */
@@ -152,10 +160,7 @@ export function fileRoutes(): Hono<AppEnv> {
     const { storage } = c.get("deps");
     const row = await storage.db.deleteFrom("files").where("id", "=", id).returning(["blob_key"]).executeTakeFirst();
     if (!row) throw notFound("file", id);
-    await releaseBlob(storage, row.blob_key, async () => {
-      const other = await storage.db.selectFrom("files").select("id").where("blob_key", "=", row.blob_key).limit(1).executeTakeFirst();
-      return !!other;
-    });
+    await releaseFileBlob(storage, row.blob_key);
     return c.json({ id, type: "file_deleted" as const });
   });
 

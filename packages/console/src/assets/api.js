@@ -50,13 +50,18 @@ export async function listAll(path, query = {}, max = 10_000) {
 }
 
 /** Downloads a file's content (the key goes in a header, so a plain link cannot do it). */
-export async function download(fileId, filename) {
-  const res = await fetch(`/v1/files/${encodeURIComponent(fileId)}/content`, { headers: headers() });
+export function download(fileId, filename) {
+  return saveFrom(`/v1/files/${encodeURIComponent(fileId)}/content`, filename || fileId);
+}
+
+/** Fetches `path` with the key and hands the bytes to the browser as a download named `filename`. */
+export async function saveFrom(path, filename) {
+  const res = await fetch(path, { headers: headers() });
   if (!res.ok) throw new ApiError(res.status, await res.json().catch(() => null));
   const url = URL.createObjectURL(await res.blob());
   const a = document.createElement("a");
   a.href = url;
-  a.download = filename || fileId;
+  a.download = filename;
   a.click();
   setTimeout(() => URL.revokeObjectURL(url), 1000);
 }

@@ -7,6 +7,7 @@ import { ApiError, api, apiKey } from "./api.js";
 import { html } from "./html.js";
 import { AgentsPage, ConformancePage, EnvironmentsPage, ResourceList, SessionsPage } from "./pages.js";
 import { SessionPage } from "./session.js";
+import { VaultsPage } from "./vaults.js";
 
 const NAV = [
   ["#/sessions", "Sessions"],
@@ -20,7 +21,6 @@ const NAV = [
 ];
 
 const LISTS = {
-  vaults: ["Vaults", "/v1/vaults"],
   files: ["Files", "/v1/files"],
   skills: ["Skills", "/v1/skills"],
   memory_stores: ["Memory stores", "/v1/memory_stores"],
@@ -43,6 +43,7 @@ function Route({ hash }) {
   if (page === "agents") return html`<${AgentsPage} />`;
   if (page === "environments") return html`<${EnvironmentsPage} />`;
   if (page === "conformance") return html`<${ConformancePage} />`;
+  if (page === "vaults") return html`<${VaultsPage} />`;
   const list = LISTS[page];
   if (list) return html`<${ResourceList} title=${list[0]} path=${list[1]} />`;
   return html`<${SessionsPage} />`;

@@ -6,10 +6,10 @@ import { api, download, listAll } from "./api.js";
 import { html } from "./html.js";
 
 const STATUSES = ["idle", "running", "rescheduling", "terminated"];
-const when = (iso) => (iso ? new Date(iso).toLocaleString() : "");
+export const when = (iso) => (iso ? new Date(iso).toLocaleString() : "");
 
 /** Loads `load()` on mount and whenever `deps` change; `reload` runs it again. */
-function useLoad(load, deps) {
+export function useLoad(load, deps) {
   const [state, setState] = useState({ data: null, error: null });
   const [revision, setRevision] = useState(0);
   useEffect(() => {
@@ -25,7 +25,7 @@ function useLoad(load, deps) {
   return { ...state, reload: () => setRevision((r) => r + 1) };
 }
 
-function Table({ caption, columns, rows, empty }) {
+export function Table({ caption, columns, rows, empty }) {
   if (!rows) return html`<p class="muted">Loading…</p>`;
   if (rows.length === 0) return html`<p class="muted">${empty}</p>`;
   return html`<table>
@@ -40,7 +40,7 @@ function Table({ caption, columns, rows, empty }) {
 }
 
 /** A form's values, its change handlers and its submit, which shows the error it throws. */
-function useForm(initial, submit) {
+export function useForm(initial, submit) {
   const [form, setForm] = useState(initial);
   const [error, setError] = useState(null);
   const set = (key) => (e) => setForm({ ...form, [key]: e.currentTarget.value });
@@ -56,11 +56,11 @@ function useForm(initial, submit) {
   return { form, set, error, onSubmit };
 }
 
-function Field({ id, label, children }) {
+export function Field({ id, label, children }) {
   return html`<div class="field"><label for=${id}>${label}</label>${children}</div>`;
 }
 
-function ErrorText({ error }) {
+export function ErrorText({ error }) {
   return error ? html`<p class="error" role="alert">${error}</p>` : null;
 }
 
@@ -237,14 +237,55 @@ export function EnvironmentsPage() {
         { label: "Name", cell: (e) => e.name },
         { label: "Type", cell: (e) => e.config?.type },
         { label: "Networking", cell: (e) => e.config?.networking?.type ?? "" },
+        { label: "Runtime", cell: (e) => html`<${RuntimeStatus} environment=${e} />` },
         { label: "Id", cell: (e) => html`<code>${e.id}</code>` },
       ]}
     />
   </section>`;
 }
 
+/**
+ * An environment's runtime: its work queue (depth, pending, workers polling),
+ * its sessions' sandboxes per driver (the stats endpoint's OpenMA `sandboxes`
+ * field; each driver links to its conformance row) and a warm pool when the
+ * server reports one.
+ */
+let conformance = null;
+/** The conformance table (/console/conformance.json), fetched once per page load. */
+const conformanceTable = () => {
+  conformance ??= fetch("/console/conformance.json").then((r) => r.json());
+  return conformance;
+};
+/** A driver's conformance row by its owner-record name (`docker` is the `node-docker` row). */
+const conformanceOf = (table, driver) => table?.data?.find((row) => row.driver === driver || row.driver.endsWith(`-${driver}`));
+
+function RuntimeStatus({ environment }) {
+  const stats = useLoad(
+    () => Promise.all([api(`/v1/environments/${encodeURIComponent(environment.id)}/work/stats`), conformanceTable().catch(() => null)]),
+    [environment.id],
+  );
+  if (stats.error) return html`<span class="muted">unavailable</span>`;
+  if (!stats.data) return html`<span class="muted">…</span>`;
+  const [s, table] = stats.data;
+  const drivers = s.sandboxes ?? [];
+  return html`<span data-testid=${`runtime-${environment.name}`}>
+    ${s.depth} queued, ${s.pending} pending, ${s.workers_polling ?? 0} workers polling
+    <br />
+    ${
+      drivers.length === 0
+        ? html`<span class="muted">no sandboxes running</span>`
+        : drivers.map(
+            (d) => html`<span key=${d.driver}
+              >Sandbox driver <a href="#/conformance">${d.driver}</a>${conformanceOf(table, d.driver) ? ` (${conformanceOf(table, d.driver).class})` : ""}:${" "}${d.owned} running, ${d.idle} idle${d.orphaned ? `, ${d.orphaned} orphaned` : ""}.
+            </span>`,
+          )
+    }
+    ${s.warm_pool ? html`<br />Warm pool: ${s.warm_pool.ready ?? 0} ready of ${s.warm_pool.size ?? "?"}` : null}
+  </span>`;
+}
+
 export function ConformancePage() {
-  const table = useLoad(() => fetch("/console/conformance.json").then((r) => r.json()), []);
+  const table = useLoad(conformanceTable, []);
   return html`<section aria-labelledby="conformance-heading">
     <h1 id="conformance-heading">Sandbox driver conformance</h1>
     <p class="muted">What each sandbox driver of this build delivers (unbuilt drivers show what they are planned to offer).</p>

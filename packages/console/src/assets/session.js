@@ -1,11 +1,12 @@
 // One session: its live timeline, the message box, interrupt, answers to
-// tool calls that wait for the user, usage and the outputs manifest.
+// tool calls that wait for the user, usage, its outputs and its workspace.
 import { useEffect, useState } from "preact/hooks";
 import { api } from "./api.js";
 import { followSession } from "./events.js";
 import { html } from "./html.js";
 import { DownloadButton } from "./pages.js";
 import { pendingActions, Timeline, usageText } from "./timeline.js";
+import { WorkspaceBrowser } from "./workspace.js";
 
 const STREAM_LABEL = { connecting: "Connecting…", live: "Live", reconnecting: "Reconnecting…", ended: "Stream ended" };
 
@@ -43,23 +44,39 @@ function ToolAnswer({ sessionId, event, onError }) {
   </div>`;
 }
 
+/**
+ * Outputs are collected just after a turn ends (ADR 0023), so the list is read
+ * again shortly after each status change, and every few seconds while the page is open.
+ */
+const OUTPUT_RECHECK_MS = [0, 1500];
+const OUTPUT_REFRESH_MS = 5000;
+
 function Outputs({ sessionId, revision }) {
   const [files, setFiles] = useState(null);
   useEffect(() => {
-    api("/v1/files", { query: { scope_id: sessionId, limit: 100 } })
-      .then((res) => setFiles(res.data))
-      .catch(() => setFiles([]));
+    let live = true;
+    const load = () =>
+      api("/v1/files", { query: { scope_id: sessionId, limit: 100 } })
+        .then((res) => live && setFiles([...res.data].sort((a, b) => a.filename.localeCompare(b.filename))))
+        .catch(() => live && setFiles([]));
+    const timers = OUTPUT_RECHECK_MS.map((ms) => setTimeout(load, ms));
+    const refresh = setInterval(load, OUTPUT_REFRESH_MS);
+    return () => {
+      live = false;
+      for (const t of timers) clearTimeout(t);
+      clearInterval(refresh);
+    };
   }, [sessionId, revision]);
   if (!files) return null;
   return html`<section aria-labelledby="outputs-heading">
     <h2 id="outputs-heading">Outputs</h2>
     ${
       files.length === 0
-        ? html`<p class="muted">No files for this session.</p>`
-        : html`<ul>
+        ? html`<p class="muted">No outputs yet: files the agent writes to <code>/mnt/session/outputs</code> appear here after its turn.</p>`
+        : html`<ul class="files" aria-label="Session outputs">
           ${files.map(
             (f) => html`<li key=${f.id}>
-              ${f.filename} <span class="muted">${f.size_bytes} bytes</span> <${DownloadButton} file=${f} />
+              <code>${f.filename}</code> <span class="muted">${f.size_bytes} bytes</span> <${DownloadButton} file=${f} />
             </li>`,
           )}
         </ul>`
@@ -125,6 +142,11 @@ export function SessionPage({ id }) {
         </button>
       </div>
     </form>
-    <${Outputs} sessionId=${id} revision=${statusEvents} />
+    ${
+      session
+        ? html`<${Outputs} sessionId=${id} revision=${statusEvents} />
+          <${WorkspaceBrowser} sessionId=${id} revision=${statusEvents} />`
+        : null
+    }
   </section>`;
 }
