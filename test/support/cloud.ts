@@ -5,6 +5,7 @@
  */
 
 import { blaxelConfigFromEnv, createBlaxelDriver } from "@openma/driver-blaxel";
+import { cloudflareBridgeConfigFromEnv, createCloudflareBridgeDriver } from "@openma/driver-cloudflare-bridge";
 import { createDaytonaDriver, daytonaConfigFromEnv } from "@openma/driver-daytona";
 import { createE2BDriver, e2bConfigFromEnv } from "@openma/driver-e2b";
 import type { RemoteDriverOptions, RemoteSandboxDriver } from "@openma/driver-kit/remote";
@@ -12,6 +13,7 @@ import { createModalDriver, modalConfigFromEnv } from "@openma/driver-modal";
 import { createSpritesDriver, spritesConfigFromEnv } from "@openma/driver-sprites";
 import { createVercelDriver, vercelConfigFromEnv } from "@openma/driver-vercel";
 import { startBlaxelStandIn } from "@openma/standin-blaxel";
+import { startCloudflareBridgeStandIn } from "@openma/standin-cloudflare-bridge";
 import { startDaytonaStandIn } from "@openma/standin-daytona";
 import { startE2BStandIn } from "@openma/standin-e2b";
 import type { CloudStandIn } from "@openma/standin-kit";
@@ -19,7 +21,7 @@ import { startModalStandIn } from "@openma/standin-modal";
 import { startSpritesStandIn } from "@openma/standin-sprites";
 import { startVercelStandIn } from "@openma/standin-vercel";
 
-export const VENDORS = ["e2b", "daytona", "sprites", "blaxel", "vercel", "modal"] as const;
+export const VENDORS = ["e2b", "daytona", "sprites", "blaxel", "vercel", "modal", "cloudflare-bridge"] as const;
 export type Vendor = (typeof VENDORS)[number];
 
 export function startVendorStandIn(vendor: Vendor): Promise<CloudStandIn> {
@@ -36,6 +38,8 @@ export function startVendorStandIn(vendor: Vendor): Promise<CloudStandIn> {
       return startVercelStandIn();
     case "modal":
       return startModalStandIn();
+    case "cloudflare-bridge":
+      return startCloudflareBridgeStandIn();
   }
 }
 
@@ -61,5 +65,7 @@ export function vendorDriver(vendor: Vendor, standIn: CloudStandIn, options: Rem
       return createVercelDriver(configured(vercelConfigFromEnv(env)), options);
     case "modal":
       return createModalDriver(configured(modalConfigFromEnv(env)), options);
+    case "cloudflare-bridge":
+      return createCloudflareBridgeDriver(configured(cloudflareBridgeConfigFromEnv(env)), options);
   }
 }

@@ -14,7 +14,7 @@ import type { RemoteRuntimeHostDriver, RemoteSandboxDriver } from "@openma/runti
 import type { DoctorCheck } from "./doctor.ts";
 import { type SandboxBackend, type ServeSandboxes, type ServeSandboxOptions, sessionSandboxes } from "./sandbox.ts";
 
-export const REMOTE_SANDBOX_DRIVERS = ["e2b", "daytona", "sprites", "blaxel", "vercel", "modal"] as const;
+export const REMOTE_SANDBOX_DRIVERS = ["e2b", "daytona", "sprites", "blaxel", "vercel", "modal", "cloudflare-bridge"] as const;
 export type RemoteSandboxName = (typeof REMOTE_SANDBOX_DRIVERS)[number];
 
 export function isRemoteSandbox(name: string | undefined): name is RemoteSandboxName {
@@ -105,6 +105,16 @@ export const REMOTE_DRIVERS: Record<RemoteSandboxName, RemoteDriverRow> = {
     async open(env, options) {
       const { createModalDriver, modalConfigFromEnv } = await import("@openma/driver-modal");
       return createModalDriver(configured(modalConfigFromEnv(env)), options);
+    },
+  },
+  "cloudflare-bridge": {
+    title: "Cloudflare Sandbox Bridge",
+    // The bridge Worker's origin and the Bearer token it was deployed with.
+    required: [["CLOUDFLARE_BRIDGE_URL"], ["SANDBOX_API_KEY"]],
+    optional: [],
+    async open(env, options) {
+      const { cloudflareBridgeConfigFromEnv, createCloudflareBridgeDriver } = await import("@openma/driver-cloudflare-bridge");
+      return createCloudflareBridgeDriver(configured(cloudflareBridgeConfigFromEnv(env)), options);
     },
   },
 };

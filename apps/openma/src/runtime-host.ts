@@ -17,7 +17,7 @@ import { isRemoteSandbox, remoteRuntimeHostDriver } from "./remote-sandboxes.ts"
 import { type AvailabilityProbes, chooseSandbox, hostProbes } from "./sandbox.ts";
 
 export async function resolveRuntimeHostDriver(
-  choice: Exclude<RuntimeHostConfig["sandbox"], "e2b" | "daytona" | "sprites" | "blaxel" | "vercel" | "modal">,
+  choice: Exclude<RuntimeHostConfig["sandbox"], "e2b" | "daytona" | "sprites" | "blaxel" | "vercel" | "modal" | "cloudflare-bridge">,
   probes: AvailabilityProbes,
 ): Promise<RuntimeHostDriver> {
   const selection = await chooseSandbox(choice, probes);

@@ -23,6 +23,7 @@ const STARTERS: Record<
   blaxel: async (o) => (await import("@openma/standin-blaxel")).startBlaxelStandIn(o),
   vercel: async (o) => (await import("@openma/standin-vercel")).startVercelStandIn(o),
   modal: async (o) => (await import("@openma/standin-modal")).startModalStandIn(o),
+  "cloudflare-bridge": async (o) => (await import("@openma/standin-cloudflare-bridge")).startCloudflareBridgeStandIn(o),
 };
 
 export const STANDIN_USAGE = `usage: openma standin <${REMOTE_SANDBOX_DRIVERS.join("|")}>  (PORT, HOST, STANDIN_API_KEY)`;

@@ -163,6 +163,13 @@ export function createBridgeClient(config: BridgeClientConfig) {
       return data.running;
     },
 
+    /** `GET /v1/pool/stats`: the warm pool's counts (how many ids hold a container), behind the same Bearer token. */
+    async poolStats(signal: AbortSignal): Promise<components["schemas"]["PoolStats"]> {
+      const { data, error, response } = await client.GET("/v1/pool/stats", { signal });
+      if (data === undefined) throw await failure("pool stats", response, error);
+      return data;
+    },
+
     /** `DELETE /v1/sandbox/{id}`: destroys its container (204 whether or not it had one). */
     async destroy(id: string, signal: AbortSignal): Promise<void> {
       const { error, response } = await client.DELETE("/v1/sandbox/{id}", { params: path(id), signal, parseAs: "stream" });

@@ -84,6 +84,20 @@ export function sandboxIdFor(name: string): string {
   return bits > 0 ? out + alphabet[(value << (5 - bits)) & 31] : out;
 }
 
+interface OwnerRecord {
+  name?: string;
+  labels?: Record<string, string>;
+  createdAt?: string;
+}
+
+const runtimeOf = (id: string, owner: OwnerRecord): ProviderRuntime => ({
+  id,
+  name: owner.name ?? id,
+  labels: { ...(owner.labels ?? {}) },
+  state: "running",
+  createdAt: owner.createdAt ?? null,
+});
+
 const messageOf = (err: unknown): string => (err instanceof Error ? err.message || err.name : String(err));
 const stagePath = (what: string) => `${WORKSPACE}/.openma-${what}-${randomBytes(12).toString("hex")}`;
 
@@ -114,9 +128,24 @@ export class CloudflareBridgeProvider implements CloudProvider {
     this.client = createBridgeClient({ url: config.url, apiKey: config.apiKey });
   }
 
-  /** The runtime a previous acquire with this name made: its id is derived from the name (see `sandboxIdFor`). */
-  find(input: { name: string; signal: AbortSignal }): Promise<ProviderRuntime | null> {
-    return this.get({ id: sandboxIdFor(input.name), signal: input.signal });
+  /**
+   * The runtime a previous acquire with this name made: its id is derived
+   * from the name (see `sandboxIdFor`). Asking starts a container when the
+   * id has none; that one is left for `create`, which the kit calls next
+   * with the same name, so a first acquire starts one container, not two.
+   */
+  async find(input: { name: string; signal: AbortSignal }): Promise<ProviderRuntime | null> {
+    const id = sandboxIdFor(input.name);
+    const owner = await this.#owner(id, input.signal);
+    return owner === null ? null : runtimeOf(id, owner);
+  }
+
+  /** The container's ownership record, or null when it has none. */
+  async #owner(id: string, signal: AbortSignal): Promise<OwnerRecord | null> {
+    const read = await runToEnd(this.client, id, ["/bin/sh", "-c", READ_OWNER, "openma-owner", OWNER_FILE], signal);
+    if (read.exitCode === 3) return null;
+    if (read.exitCode !== 0) throw new Error(`reading the ownership record failed: ${read.stderr || `exit ${read.exitCode}`}`);
+    return JSON.parse(read.stdout.toString("utf8")) as OwnerRecord;
   }
 
   /**
@@ -139,25 +168,23 @@ export class CloudflareBridgeProvider implements CloudProvider {
   }
 
   async get(input: { id: string; signal: AbortSignal }): Promise<ProviderRuntime | null> {
-    const read = await runToEnd(this.client, input.id, ["/bin/sh", "-c", READ_OWNER, "openma-owner", OWNER_FILE], input.signal);
-    if (read.exitCode === 3) {
+    const owner = await this.#owner(input.id, input.signal);
+    if (owner === null) {
       // The pool assigned this id a fresh container because ours is gone; this read started it, so it goes too.
       await this.client.destroy(input.id, input.signal);
       return null;
     }
-    if (read.exitCode !== 0) throw new Error(`reading the ownership record failed: ${read.stderr || `exit ${read.exitCode}`}`);
-    const owner = JSON.parse(read.stdout.toString("utf8")) as { name?: string; labels?: Record<string, string>; createdAt?: string };
-    return {
-      id: input.id,
-      name: owner.name ?? input.id,
-      labels: { ...(owner.labels ?? {}) },
-      state: "running",
-      createdAt: owner.createdAt ?? null,
-    };
+    return runtimeOf(input.id, owner);
   }
 
-  /** The bridge API has no listing: the host's own records (which carry leases) are the inventory. */
-  async list(): Promise<ProviderRuntime[]> {
+  /**
+   * The bridge API has no listing (the pool only counts): nothing is listed,
+   * and the host's own records, which carry leases, are the inventory. The
+   * count is still asked, so a listing fails when the bridge is unreachable
+   * or refuses the key (what `openma doctor` probes).
+   */
+  async list(input: { signal: AbortSignal }): Promise<ProviderRuntime[]> {
+    await this.client.poolStats(input.signal);
     return [];
   }
 
