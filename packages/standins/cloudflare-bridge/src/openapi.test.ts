@@ -94,8 +94,8 @@ describe("the cloudflare-bridge stand-in against the bridge's OpenAPI document",
     for (const response of seen) {
       const operation = operationOf(response.method, response.path);
       expect(operation, `${response.method} ${response.path}`).not.toBeNull();
-      const declared = (document.paths[operation!.template]?.[response.method.toLowerCase()] as { responses: Record<string, unknown> })
-        .responses;
+      const operations = document.paths[operation!.template] as Record<string, { responses: Record<string, unknown> }>;
+      const declared = (operations[response.method.toLowerCase()] as { responses: Record<string, unknown> }).responses;
       expect(Object.keys(declared), `${operation!.operationId} ${response.status}`).toContain(String(response.status));
       if (response.status === 204) continue;
       if (response.type === "application/json") {
