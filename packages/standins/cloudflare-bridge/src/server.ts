@@ -135,6 +135,9 @@ export async function startCloudflareBridgeStandIn(options: StandInOptions = {})
     try {
       const box = await current(id);
       if (box) return box;
+      // Assigning a container is where the bridge's pool fails (capacity, a start that does not come up): a create fault.
+      const failed = await play(c, faults.take("create"), id);
+      if (failed) return failed;
       assignments.delete(id);
       return await assign(id);
     } catch (err) {
