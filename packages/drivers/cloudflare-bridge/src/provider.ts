@@ -28,13 +28,13 @@ import { createHash, randomBytes } from "node:crypto";
 import { posix } from "node:path";
 import { type BridgeClient, BridgeError, createBridgeClient, type ExecEnd } from "@openma/cloudflare-bridge-client";
 import type { OutputStream } from "@openma/contract";
-import type {
-  CloudProvider,
-  ProviderFailure,
-  ProviderRuntime,
-  RemoteCommand,
-  RemoteEnd,
-  RemoteSandboxApi,
+import {
+  type CloudProvider,
+  type ProviderFailure,
+  type ProviderRuntime,
+  type RemoteEnd,
+  type RemoteSandboxApi,
+  SpooledCommand,
 } from "@openma/driver-kit/remote";
 
 export interface CloudflareBridgeConfig {
@@ -224,7 +224,7 @@ export class CloudflareBridgeProvider implements CloudProvider {
 function bridgeApi(client: BridgeClient, id: string): RemoteSandboxApi {
   return {
     stdinEof: true,
-    start: async ({ argv, onOutput }) => new SpooledCommand(client, id, argv, onOutput),
+    start: async ({ argv, onOutput }) => new BridgeCommand(client, id, argv, onOutput),
     async readFile(path, signal) {
       if (workspacePath(path) !== null) return client.readFile(id, path, signal);
       const read = await runToEnd(client, id, ["/bin/sh", "-c", CAT, "openma-read", path], signal);
@@ -243,18 +243,11 @@ function bridgeApi(client: BridgeClient, id: string): RemoteSandboxApi {
 }
 
 /**
- * A command whose stdin is collected until it is closed, uploaded, and
- * given to the command, which starts only then. A kill before that ends it
- * without it ever running; after, it drops the stream (the bridge has no
- * kill; the kit kills the tree).
+ * The kit's spooled command over the bridge: the input is uploaded under
+ * /workspace, then the exec starts. A kill after that drops the stream (the
+ * bridge has no kill; the kit kills the tree).
  */
-class SpooledCommand implements RemoteCommand {
-  readonly done: Promise<RemoteEnd>;
-  #chunks: Buffer[] = [];
-  #size = 0;
-  #closed = false;
-  #killed = false;
-  #settle!: (end: RemoteEnd) => void;
+class BridgeCommand extends SpooledCommand {
   readonly #stop = new AbortController();
 
   constructor(
@@ -263,41 +256,24 @@ class SpooledCommand implements RemoteCommand {
     private readonly argv: readonly string[],
     private readonly onOutput: (stream: OutputStream, chunk: Uint8Array) => void,
   ) {
-    this.done = new Promise((resolve) => {
-      this.#settle = resolve;
-    });
+    super(MAX_SPOOL_BYTES);
   }
 
-  async write(chunk: Uint8Array): Promise<void> {
-    if (this.#closed) throw new Error("stdin is closed");
-    if (this.#size + chunk.length > MAX_SPOOL_BYTES) throw new Error(`stdin is spooled and limited to ${MAX_SPOOL_BYTES} bytes`);
-    this.#chunks.push(Buffer.from(chunk));
-    this.#size += chunk.length;
-  }
-
-  async closeStdin(): Promise<void> {
-    if (this.#closed) return;
-    this.#closed = true;
-    const input = Buffer.concat(this.#chunks);
-    this.#chunks = [];
-    void this.#run(input).then(this.#settle, (err: unknown) => this.#settle({ type: "lost", message: messageOf(err) }));
-  }
-
-  async #run(input: Buffer): Promise<RemoteEnd> {
+  protected async run(input: Buffer): Promise<RemoteEnd> {
     const signal = this.#stop.signal;
     let spool = "";
     if (input.length > 0) {
       spool = stagePath("stdin");
       await this.client.writeFile(this.id, spool, input, signal);
     }
-    if (this.#killed) return { type: "exited", exitCode: 137 };
+    if (this.killed) return { type: "exited", exitCode: 137 };
     let end: ExecEnd;
     const sentinel = new SentinelStrip(this.onOutput);
     try {
       const argv = ["/bin/sh", "-c", SPOOLED, "openma-spool", OWNER_FILE, spool, ...this.argv];
       end = await this.client.exec(this.id, { argv }, { signal, onOutput: sentinel.output });
     } catch (err) {
-      if (this.#killed) return { type: "exited", exitCode: 137 };
+      if (this.killed) return { type: "exited", exitCode: 137 };
       throw err;
     }
     if (end.type === "exit" && !sentinel.seen) {
@@ -306,19 +282,11 @@ class SpooledCommand implements RemoteCommand {
       return { type: "lost", message: "the runtime is gone (the bridge assigned its id a fresh container)" };
     }
     if (end.type === "exit") return { type: "exited", exitCode: end.exitCode };
-    if (this.#killed) return { type: "exited", exitCode: 137 };
+    if (this.killed) return { type: "exited", exitCode: 137 };
     return { type: "lost", message: end.type === "error" ? `${end.code}: ${end.message}` : end.message };
   }
 
-  async kill(): Promise<void> {
-    this.#killed = true;
-    if (!this.#closed) {
-      // Never started: nothing runs, and nothing will.
-      this.#closed = true;
-      this.#chunks = [];
-      this.#settle({ type: "exited", exitCode: 137 });
-      return;
-    }
+  protected async stop(): Promise<void> {
     this.#stop.abort();
   }
 }
