@@ -2,7 +2,7 @@
  * Session create → first tool result on each cloud driver, against the same
  * vendor stand-in driven directly through the vendor's SDK:
  * `npx tsx bench/cloud-first-exec.ts [runs=10]` (env `BENCH_WARMUP`,
- * default 2; `BENCH_VENDORS=e2b,daytona,sprites,blaxel,vercel,modal,superserve,boxrun`). Needs Docker with the
+ * default 2; `BENCH_VENDORS=e2b,daytona,sprites,blaxel,vercel,modal,superserve,boxrun,cloudflare-bridge`). Needs Docker with the
  * sandbox images (the stand-ins run real containers).
  *
  * Per vendor it starts the stand-in in this process and a real `openma
@@ -21,9 +21,10 @@
  *         `createSprite` + `execFile`, Vercel `Sandbox.create` routed by its
  *         per-call `fetch` + `runCommand`, Superserve `Sandbox.create` +
  *         `commands.run` with its data plane routed as the driver routes
- *         it, BoxLite's REST client `create` +
- *         `exec` and its `wait`); the removal that follows is not
- *         counted.
+ *         it, BoxLite's REST client `create` + `exec` and its `wait`; for
+ *         the Cloudflare bridge, which has no official Node client, our
+ *         typed client of its OpenAPI document: `POST /v1/sandbox` + an
+ *         exec of `true`); the removal that follows is not counted.
  *
  * The ratio host / sdk is what OpenMA adds on top of the provider's own
  * create + exec (the agent loop, the driver's ownership labels, directory
@@ -36,6 +37,7 @@ import { cpus } from "node:os";
 import { initialize, SandboxInstance } from "@blaxel/core";
 import { Daytona } from "@daytonaio/sdk";
 import { SpritesClient } from "@fly/sprites";
+import { createBridgeClient } from "@openma/cloudflare-bridge-client";
 import { boxRunRuntime } from "@openma/driver-boxrun/provider";
 import { routeDataPlane } from "@openma/driver-superserve";
 import { routedFetch } from "@openma/driver-vercel";
@@ -90,6 +92,13 @@ async function sdkOnce(vendor: Vendor, standIn: CloudStandIn): Promise<{ ms: num
     const box = await runtime.create({ image: "node:24-bookworm-slim", detach: true }, `bench-${randomBytes(6).toString("hex")}`);
     await (await box.exec("true", [], null, false, null, null, null)).wait();
     return { ms: performance.now() - t0, cleanup: () => runtime.remove(box.id, true) };
+  }
+  if (vendor === "cloudflare-bridge") {
+    const bridge = createBridgeClient({ url: env.CLOUDFLARE_BRIDGE_URL as string, apiKey: env.SANDBOX_API_KEY as string });
+    const id = await bridge.create(AbortSignal.timeout(120_000));
+    const end = await bridge.exec(id, { argv: ["true"] }, { signal: AbortSignal.timeout(120_000), onOutput: () => {} });
+    if (end.type !== "exit" || end.exitCode !== 0) throw new Error(`the bridge's exec of true ended ${JSON.stringify(end)}`);
+    return { ms: performance.now() - t0, cleanup: () => bridge.destroy(id, AbortSignal.timeout(120_000)) };
   }
   if (vendor === "modal") {
     // The SDK takes its address from the environment only; the same app, image and volume mount as the driver.

@@ -39,6 +39,11 @@
  *   `Authorization: Bearer`, no `{prefix}` slot on a single-tenant server):
  *   `POST /v1/boxes`, `POST /v1/boxes/{box_id}/exec` (then the attach
  *   WebSocket), `DELETE /v1/boxes/{box_id}?force=true`.
+ * - Cloudflare Sandbox Bridge: the OpenAPI document `@cloudflare/sandbox`
+ *   ships (`Authorization: Bearer $SANDBOX_API_KEY`): `POST
+ *   /v1/sandbox/{id}/exec`, `DELETE /v1/sandbox/{id}`. An id's container is
+ *   assigned on its first request, so an acquire is three execs at the id
+ *   it derives (the ownership look-up, the record's write, the mount points).
  */
 import type { CloudStandIn, RecordedRequest } from "@openma/standin-kit";
 import { afterEach, describe, expect, it } from "vitest";
@@ -52,6 +57,8 @@ interface Documented {
   kill: { method: string; path: RegExp };
   /** What the official SDK says it is, when it says. */
   userAgent: RegExp | null;
+  /** How many requests matching `create` one acquire makes (default 1). */
+  creates?: number;
 }
 
 const DOCUMENTED: Record<Vendor, Documented & { execAuth?: string }> = {
@@ -115,6 +122,14 @@ const DOCUMENTED: Record<Vendor, Documented & { execAuth?: string }> = {
     kill: { method: "DELETE", path: /^\/v1\/boxes\/[A-Za-z0-9._-]+$/ },
     userAgent: null,
   },
+  "cloudflare-bridge": {
+    auth: "authorization",
+    create: { method: "POST", path: /^\/v1\/sandbox\/[a-z2-7]{26}\/exec$/ },
+    exec: { method: "POST", path: /^\/v1\/sandbox\/[a-z2-7]{26}\/exec$/ },
+    kill: { method: "DELETE", path: /^\/v1\/sandbox\/[a-z2-7]{26}$/ },
+    userAgent: null,
+    creates: 3,
+  },
 };
 
 const never = () => new AbortController().signal;
@@ -156,7 +171,7 @@ describe.each(VENDORS)("the official %s SDK on the wire", (vendor) => {
     const created = matching(requests.slice(0, createdAt), documented.create);
     const execs = matching(requests.slice(createdAt, ranAt), documented.exec);
     const kills = matching(requests.slice(ranAt), documented.kill);
-    expect(created).toHaveLength(1);
+    expect(created).toHaveLength(documented.creates ?? 1);
     expect(execs.length).toBeGreaterThanOrEqual(1);
     expect(kills).toHaveLength(1);
     for (const request of [...created, ...kills]) expect(request).toMatchObject({ authHeader: documented.auth, authorized: true });

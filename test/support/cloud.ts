@@ -6,6 +6,7 @@
 
 import { blaxelConfigFromEnv, createBlaxelDriver } from "@openma/driver-blaxel";
 import { boxRunConfigFromEnv, createBoxRunDriver } from "@openma/driver-boxrun";
+import { cloudflareBridgeConfigFromEnv, createCloudflareBridgeDriver } from "@openma/driver-cloudflare-bridge";
 import { createDaytonaDriver, daytonaConfigFromEnv } from "@openma/driver-daytona";
 import { createE2BDriver, e2bConfigFromEnv } from "@openma/driver-e2b";
 import type { RemoteDriverOptions, RemoteSandboxDriver } from "@openma/driver-kit/remote";
@@ -15,6 +16,7 @@ import { createSuperserveDriver, superserveConfigFromEnv } from "@openma/driver-
 import { createVercelDriver, vercelConfigFromEnv } from "@openma/driver-vercel";
 import { startBlaxelStandIn } from "@openma/standin-blaxel";
 import { startBoxRunStandIn } from "@openma/standin-boxrun";
+import { startCloudflareBridgeStandIn } from "@openma/standin-cloudflare-bridge";
 import { startDaytonaStandIn } from "@openma/standin-daytona";
 import { startE2BStandIn } from "@openma/standin-e2b";
 import type { CloudStandIn } from "@openma/standin-kit";
@@ -23,7 +25,7 @@ import { startSpritesStandIn } from "@openma/standin-sprites";
 import { startSuperserveStandIn } from "@openma/standin-superserve";
 import { startVercelStandIn } from "@openma/standin-vercel";
 
-export const VENDORS = ["e2b", "daytona", "sprites", "blaxel", "vercel", "modal", "superserve", "boxrun"] as const;
+export const VENDORS = ["e2b", "daytona", "sprites", "blaxel", "vercel", "modal", "superserve", "boxrun", "cloudflare-bridge"] as const;
 export type Vendor = (typeof VENDORS)[number];
 
 export function startVendorStandIn(vendor: Vendor): Promise<CloudStandIn> {
@@ -44,6 +46,8 @@ export function startVendorStandIn(vendor: Vendor): Promise<CloudStandIn> {
       return startSuperserveStandIn();
     case "boxrun":
       return startBoxRunStandIn();
+    case "cloudflare-bridge":
+      return startCloudflareBridgeStandIn();
   }
 }
 
@@ -73,5 +77,7 @@ export function vendorDriver(vendor: Vendor, standIn: CloudStandIn, options: Rem
       return createSuperserveDriver(configured(superserveConfigFromEnv(env)), options);
     case "boxrun":
       return createBoxRunDriver(configured(boxRunConfigFromEnv(env)), options);
+    case "cloudflare-bridge":
+      return createCloudflareBridgeDriver(configured(cloudflareBridgeConfigFromEnv(env)), options);
   }
 }

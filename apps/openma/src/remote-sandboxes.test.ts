@@ -191,3 +191,24 @@ describe("against the Superserve stand-in", () => {
     expect(missing).toMatchObject([{ id: "sandbox:superserve", status: "missing", detail: "Superserve: SUPERSERVE_API_KEY not set" }]);
   });
 });
+
+describe("the cloudflare-bridge driver against its stand-in", () => {
+  let standIn: CloudStandIn;
+  beforeAll(async () => {
+    standIn = (await startStandIn("cloudflare-bridge", { PORT: "0" })) as CloudStandIn;
+  });
+  afterAll(async () => {
+    await standIn?.close();
+  });
+
+  it("is configured by CLOUDFLARE_BRIDGE_URL and SANDBOX_API_KEY, and doctor reaches the bridge or says the key is wrong", async () => {
+    expect(missingVariables("cloudflare-bridge", {})).toEqual(["CLOUDFLARE_BRIDGE_URL", "SANDBOX_API_KEY"]);
+    expect(loadConfig({ OPENMA_SANDBOX: "cloudflare-bridge" }).brain.sandbox).toBe("cloudflare-bridge");
+    expect(describeStandIn(standIn)).toContain(`export CLOUDFLARE_BRIDGE_URL=${standIn.url}`);
+    const reached = await checkRemoteSandboxes({ OPENMA_SANDBOX: "cloudflare-bridge", ...standIn.env }, 5_000);
+    expect(reached).toMatchObject([{ id: "sandbox:cloudflare-bridge", status: "ok", facts: { owned: 0 } }]);
+    const wrong = await checkRemoteSandboxes({ ...standIn.env, SANDBOX_API_KEY: "wrong-key" }, 5_000);
+    expect(wrong).toMatchObject([{ id: "sandbox:cloudflare-bridge", status: "warn" }]);
+    expect(standIn.live()).toBe(0);
+  });
+});

@@ -24,6 +24,7 @@ export const REMOTE_SANDBOX_DRIVERS = [
   "superserve",
   "boxrun",
   "litebox",
+  "cloudflare-bridge",
 ] as const;
 export type RemoteSandboxName = (typeof REMOTE_SANDBOX_DRIVERS)[number];
 
@@ -165,6 +166,16 @@ export const REMOTE_DRIVERS: Record<RemoteSandboxName, RemoteDriverRow> = {
         hint: "run on a host whose KVM can boot libkrun's guest kernel (not a nested PVM guest)",
         facts: { booted: false },
       };
+    },
+  },
+  "cloudflare-bridge": {
+    title: "Cloudflare Sandbox Bridge",
+    // The bridge Worker's origin and the Bearer token it was deployed with.
+    required: [["CLOUDFLARE_BRIDGE_URL"], ["SANDBOX_API_KEY"]],
+    optional: [],
+    async open(env, options) {
+      const { cloudflareBridgeConfigFromEnv, createCloudflareBridgeDriver } = await import("@openma/driver-cloudflare-bridge");
+      return createCloudflareBridgeDriver(configured(cloudflareBridgeConfigFromEnv(env)), options);
     },
   },
 };

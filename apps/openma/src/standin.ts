@@ -26,6 +26,7 @@ const STARTERS: Record<
   modal: async (o) => (await import("@openma/standin-modal")).startModalStandIn(o),
   superserve: async (o) => (await import("@openma/standin-superserve")).startSuperserveStandIn(o),
   boxrun: async (o) => (await import("@openma/standin-boxrun")).startBoxRunStandIn(o),
+  "cloudflare-bridge": async (o) => (await import("@openma/standin-cloudflare-bridge")).startCloudflareBridgeStandIn(o),
 };
 
 export const STANDIN_USAGE = `usage: openma standin <${Object.keys(STARTERS).join("|")}>  (PORT, HOST, STANDIN_API_KEY)`;

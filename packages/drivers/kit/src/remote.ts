@@ -5,4 +5,5 @@ export * from "./remote/driver.ts";
 export * from "./remote/ownership.ts";
 export * from "./remote/process.ts";
 export * from "./remote/provider.ts";
+export * from "./remote/spooled.ts";
 export * from "./remote/tool-sandbox.ts";

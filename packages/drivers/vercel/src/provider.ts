@@ -26,14 +26,14 @@
  */
 import { randomBytes } from "node:crypto";
 import type { OutputStream } from "@openma/contract";
-import type {
-  CloudProvider,
-  ProviderFailure,
-  ProviderRuntime,
-  ProviderState,
-  RemoteCommand,
-  RemoteEnd,
-  RemoteSandboxApi,
+import {
+  type CloudProvider,
+  type ProviderFailure,
+  type ProviderRuntime,
+  type ProviderState,
+  type RemoteEnd,
+  type RemoteSandboxApi,
+  SpooledCommand,
 } from "@openma/driver-kit/remote";
 import { APIError, type Command, Sandbox, StreamError } from "@vercel/sandbox";
 
@@ -283,7 +283,7 @@ async function rootCommand(sandbox: Sandbox, script: string, args: string[], sig
 function vercelApi(sandbox: Sandbox): RemoteSandboxApi {
   return {
     stdinEof: true,
-    start: async ({ argv, onOutput }) => new SpooledCommand(sandbox, argv, onOutput),
+    start: async ({ argv, onOutput }) => new VercelCommand(sandbox, argv, onOutput),
     async readFile(path, signal) {
       const staged = stagePath("download");
       const copied = await rootCommand(sandbox, STAGE_READ, [path, staged], signal, [3]);
@@ -304,19 +304,9 @@ function vercelApi(sandbox: Sandbox): RemoteSandboxApi {
   };
 }
 
-/**
- * A command whose stdin is collected until it is closed, then uploaded and
- * given to the command, which starts only then. A kill before that ends it
- * without it ever running.
- */
-class SpooledCommand implements RemoteCommand {
-  readonly done: Promise<RemoteEnd>;
-  #chunks: Buffer[] = [];
-  #size = 0;
-  #closed = false;
-  #killed = false;
+/** The kit's spooled command over Vercel's detached commands: the input is uploaded (a tar file write), then the command starts. */
+class VercelCommand extends SpooledCommand {
   #command: Command | null = null;
-  #settle!: (end: RemoteEnd) => void;
   readonly #stop = new AbortController();
 
   constructor(
@@ -324,35 +314,18 @@ class SpooledCommand implements RemoteCommand {
     private readonly argv: readonly string[],
     private readonly onOutput: (stream: OutputStream, chunk: Uint8Array) => void,
   ) {
-    this.done = new Promise((resolve) => {
-      this.#settle = resolve;
-    });
+    super(MAX_SPOOL_BYTES);
   }
 
-  async write(chunk: Uint8Array): Promise<void> {
-    if (this.#closed) throw new Error("stdin is closed");
-    if (this.#size + chunk.length > MAX_SPOOL_BYTES) throw new Error(`stdin is spooled and limited to ${MAX_SPOOL_BYTES} bytes`);
-    this.#chunks.push(Buffer.from(chunk));
-    this.#size += chunk.length;
-  }
-
-  async closeStdin(): Promise<void> {
-    if (this.#closed) return;
-    this.#closed = true;
-    const input = Buffer.concat(this.#chunks);
-    this.#chunks = [];
-    void this.#run(input).then(this.#settle, (err: unknown) => this.#settle({ type: "lost", message: messageOf(err) }));
-  }
-
-  async #run(input: Buffer): Promise<RemoteEnd> {
-    if (this.#killed) return { type: "exited", exitCode: 137 };
+  protected async run(input: Buffer): Promise<RemoteEnd> {
+    if (this.killed) return { type: "exited", exitCode: 137 };
     const signal = this.#stop.signal;
     let spool = "";
     if (input.length > 0) {
       spool = stagePath("stdin");
       await this.sandbox.writeFiles([{ path: spool, content: input, mode: 0o600 }], { signal });
     }
-    if (this.#killed) return { type: "exited", exitCode: 137 };
+    if (this.killed) return { type: "exited", exitCode: 137 };
     const command = await this.sandbox.runCommand({
       cmd: "/bin/sh",
       args: ["-c", SPOOLED, "openma-spool", spool, ...this.argv],
@@ -362,7 +335,7 @@ class SpooledCommand implements RemoteCommand {
       signal,
     });
     this.#command = command;
-    if (this.#killed) void command.kill("SIGKILL").catch(() => {});
+    if (this.killed) void command.kill("SIGKILL").catch(() => {});
     try {
       for await (const log of command.logs({ signal })) {
         if (log.stream === "stdout" || log.stream === "stderr") this.onOutput(log.stream, Buffer.from(log.data));
@@ -374,15 +347,7 @@ class SpooledCommand implements RemoteCommand {
     return { type: "exited", exitCode: finished.exitCode };
   }
 
-  async kill(): Promise<void> {
-    this.#killed = true;
-    if (!this.#closed) {
-      // Never started: nothing runs, and nothing will.
-      this.#closed = true;
-      this.#chunks = [];
-      this.#settle({ type: "exited", exitCode: 137 });
-      return;
-    }
+  protected async stop(): Promise<void> {
     await this.#command?.kill("SIGKILL").catch((err: unknown) => {
       if (statusOf(err) !== 404) throw err;
     });
