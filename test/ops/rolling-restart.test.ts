@@ -40,7 +40,7 @@ describe("a rolling restart of two servers and a runtime host on one Postgres", 
   let runtimeHost: RunningRuntimeHost | undefined;
   let stateDir: string;
   const children: ChildServer[] = [];
-  const runs: RuntimeRunResult[] = [];
+  const runs: Array<{ sessionId: string; result: RuntimeRunResult }> = [];
 
   beforeAll(async () => {
     store = await openTestStorage("postgres");
@@ -122,7 +122,7 @@ describe("a rolling restart of two servers and a runtime host on one Postgres", 
       logger: silentLogger,
       concurrency: SELF_HOSTED,
       workerMaxIdleMs: 200,
-      onResult: (_ticket, result) => runs.push(result),
+      onResult: (ticket, result) => runs.push({ sessionId: ticket.sessionId, result }),
     });
     const agent = (await client.beta.agents.create({ name: "rolling", model: "claude-test-1" })).id;
     const sessions: string[] = [];
@@ -156,10 +156,16 @@ describe("a rolling restart of two servers and a runtime host on one Postgres", 
       // One model request per turn: no turn was run twice, by either server.
       expect(requestsOf(id)).toBe(2);
     }
-    // The runtime host served the self-hosted sessions' work through both restarts, every run completing.
-    await until(async () => runs.length >= 2 * SELF_HOSTED, "a runtime host run per self-hosted turn");
-    expect(runs).toHaveLength(2 * SELF_HOSTED);
-    expect(runs.filter((r) => r.type !== "completed")).toEqual([]);
+    // The runtime host served the self-hosted sessions' work through both restarts: once every Work item has
+    // stopped, each had one run, every run completed, and every self-hosted session had at least one.
+    const workItems = () =>
+      store.storage.db.selectFrom("work_items").select(["state"]).where("environment_id", "=", selfHosted.id).execute();
+    await until(async () => {
+      const items = await workItems();
+      return items.length > 0 && items.every((w) => w.state === "stopped") && runs.length === items.length;
+    }, "the self-hosted sessions' Work to stop");
+    expect(runs.filter((r) => r.result.type !== "completed").map((r) => r.result)).toEqual([]);
+    expect(new Set(runs.map((r) => r.sessionId))).toEqual(new Set(sessions.slice(SESSIONS - SELF_HOSTED)));
 
     for (const server of [a, b]) {
       server.signal("SIGTERM");

@@ -45,7 +45,11 @@ describe("the official SDK's data-plane surfaces against the stand-in", () => {
   });
 
   it("resumes a paused sandbox on the next command, its processes and files kept", async () => {
-    await sandbox.commands.run("echo kept > /tmp/kept; setsid sleep 4242 >/dev/null 2>&1 & echo $! > /tmp/sleep.pid");
+    // `setsid -f`: the sleeper is in a session of its own before its pid is written, so the end of this command
+    // (whose leftover processes the platform ends) cannot race its detaching.
+    await sandbox.commands.run(
+      "echo kept > /tmp/kept; setsid -f sh -c 'echo $$ > /tmp/sleep.pid; exec sleep 4242' >/dev/null 2>&1; while [ ! -s /tmp/sleep.pid ]; do sleep 0.01; done",
+    );
     await sandbox.pause();
     expect(standIn.state(sandbox.id)).toBe("suspended");
     const from = standIn.requests.length;
