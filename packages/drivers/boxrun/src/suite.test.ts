@@ -6,29 +6,12 @@
  * are missing. After the suite the stand-in holds no box and the engine no
  * container of it.
  */
-import { describeDriver } from "@openma/driver-suite";
-import { remoteDriverUnderTest } from "@openma/driver-suite/remote";
-import { type BoxRunStandIn, startBoxRunStandIn } from "@openma/standin-boxrun";
-import { afterAll, describe, expect, it } from "vitest";
+import { configFromStandIn, describeRemoteDriver } from "@openma/driver-suite/remote";
+import { startBoxRunStandIn } from "@openma/standin-boxrun";
 import { boxRunConfigFromEnv, createBoxRunDriver } from "./index.ts";
 
-let standIn: BoxRunStandIn | undefined;
-
-describeDriver("boxrun", async () => {
-  standIn = await startBoxRunStandIn();
-  const config = boxRunConfigFromEnv(standIn.env);
-  if ("missing" in config) throw new Error(`the stand-in's env lacks ${config.missing.join(", ")}`);
-  return remoteDriverUnderTest({ open: () => createBoxRunDriver(config), close: async () => {} });
-});
-
-describe("the boxrun stand-in after the suite", () => {
-  afterAll(async () => {
-    await standIn?.close();
-  });
-
-  it("holds no box and the engine no container of it", async () => {
-    expect(standIn).toBeDefined();
-    expect(standIn!.live()).toBe(0);
-    expect(await standIn!.boxes.containers()).toEqual([]);
-  });
+describeRemoteDriver("boxrun", {
+  start: () => startBoxRunStandIn(),
+  open: (standIn) => createBoxRunDriver(configFromStandIn(boxRunConfigFromEnv(standIn.env))),
+  unit: "box",
 });

@@ -9,18 +9,14 @@
  */
 
 import { describeDriver } from "@openma/driver-suite";
-import { remoteDriverUnderTest } from "@openma/driver-suite/remote";
+import { configFromStandIn, remoteDriverUnderTest } from "@openma/driver-suite/remote";
 import { type CloudflareBridgeStandIn, startCloudflareBridgeStandIn } from "@openma/standin-cloudflare-bridge";
 import { afterAll, describe, expect, it } from "vitest";
 import { cloudflareBridgeConfigFromEnv, createCloudflareBridgeDriver } from "./index.ts";
 
 let standIn: CloudflareBridgeStandIn | undefined;
 
-const configOf = (env: Readonly<Record<string, string>>) => {
-  const config = cloudflareBridgeConfigFromEnv(env);
-  if ("missing" in config) throw new Error(`the stand-in's env lacks ${config.missing.join(", ")}`);
-  return config;
-};
+const configOf = (env: Readonly<Record<string, string>>) => configFromStandIn(cloudflareBridgeConfigFromEnv(env));
 
 describeDriver(
   "cloudflare-bridge",

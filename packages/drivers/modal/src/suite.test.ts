@@ -6,29 +6,11 @@
  * skips, when dockerd or the sandbox images are missing. After the suite
  * the stand-in holds no sandbox and the engine no container of it.
  */
-import { describeDriver } from "@openma/driver-suite";
-import { remoteDriverUnderTest } from "@openma/driver-suite/remote";
-import { type ModalStandIn, startModalStandIn } from "@openma/standin-modal";
-import { afterAll, describe, expect, it } from "vitest";
+import { configFromStandIn, describeRemoteDriver } from "@openma/driver-suite/remote";
+import { startModalStandIn } from "@openma/standin-modal";
 import { createModalDriver, modalConfigFromEnv } from "./index.ts";
 
-let standIn: ModalStandIn | undefined;
-
-describeDriver("modal", async () => {
-  standIn = await startModalStandIn();
-  const config = modalConfigFromEnv(standIn.env);
-  if ("missing" in config) throw new Error(`missing ${config.missing.join(", ")}`);
-  return remoteDriverUnderTest({ open: () => createModalDriver(config), close: async () => {} });
-});
-
-describe("the modal stand-in after the suite", () => {
-  afterAll(async () => {
-    await standIn?.close();
-  });
-
-  it("holds no sandbox and the engine no container of it", async () => {
-    expect(standIn).toBeDefined();
-    expect(standIn!.live()).toBe(0);
-    expect(await standIn!.boxes.containers()).toEqual([]);
-  });
+describeRemoteDriver("modal", {
+  start: () => startModalStandIn(),
+  open: (standIn) => createModalDriver(configFromStandIn(modalConfigFromEnv(standIn.env))),
 });

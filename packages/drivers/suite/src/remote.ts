@@ -13,7 +13,8 @@
 
 import type { ManagedSandboxLease, ManagedSandboxPort, SessionOutputBinding, ToolSandboxPort, WorkspaceBinding } from "@openma/contract";
 import { OUTPUTS_MOUNT_PATH, WORKSPACE_MOUNT_PATH } from "@openma/contract";
-import type { DriverUnderTest } from "./driver-suite.ts";
+import { afterAll, describe, expect, it } from "vitest";
+import { type DriverSuiteOptions, type DriverUnderTest, describeDriver } from "./driver-suite.ts";
 import { hostProcesses } from "./host-processes.ts";
 
 export type RemoteDriver = ManagedSandboxPort & { toolSandbox(lease: ManagedSandboxLease): ToolSandboxPort };
@@ -61,4 +62,49 @@ export function remoteDriverUnderTest(options: { open(): RemoteDriver; close(): 
     hostProcesses,
     close: options.close,
   };
+}
+
+/** What the check after a cloud driver's suite reads of its stand-in. */
+export interface SuiteStandIn {
+  live(): number;
+  readonly boxes: { containers(): Promise<readonly unknown[]> };
+  close(): Promise<void>;
+}
+
+/**
+ * The shared driver suite on a cloud driver against its vendor's stand-in
+ * (started once for the file), then the check that the stand-in holds no
+ * `unit` (default "sandbox") and the engine no container of it.
+ */
+export function describeRemoteDriver<S extends SuiteStandIn>(
+  name: string,
+  options: { start(): Promise<S>; open(standIn: S): RemoteDriver; unit?: string; suite?: DriverSuiteOptions },
+): void {
+  let standIn: S | undefined;
+  describeDriver(
+    name,
+    async () => {
+      const started = await options.start();
+      standIn = started;
+      return remoteDriverUnderTest({ open: () => options.open(started), close: async () => {} });
+    },
+    options.suite,
+  );
+  describe(`the ${name} stand-in after the suite`, () => {
+    afterAll(async () => {
+      await standIn?.close();
+    });
+
+    it(`holds no ${options.unit ?? "sandbox"} and the engine no container of it`, async () => {
+      expect(standIn).toBeDefined();
+      expect(standIn!.live()).toBe(0);
+      expect(await standIn!.boxes.containers()).toEqual([]);
+    });
+  });
+}
+
+/** A driver's configuration from its stand-in's variables; a stand-in that lacks one is a broken test. */
+export function configFromStandIn<C extends object>(result: C | { missing: string[] }): C {
+  if ("missing" in result) throw new Error(`the stand-in's env lacks ${result.missing.join(", ")}`);
+  return result;
 }
