@@ -145,13 +145,21 @@ export function dataPlaneApp(context: DataPlaneContext): Hono<StandInEnv> {
     return posix.normalize(path);
   };
 
-  app.get("/files", async (c) => {
+  /** The sandbox and path a `/files` request names, once its injected fault has played; or the response that ends it. */
+  const filesTarget = async (c: Ctx) => {
     const record = sandbox(c);
     if (record instanceof Response) return record;
     const refused = await playFault(c, faults.take("files"), { hangs, table, record });
     if (refused) return refused;
     const path = pathOf(c);
     if (path === null) return apiError(c, 400, "invalid_path", "path must be absolute without '..' segments");
+    return { record, path };
+  };
+
+  app.get("/files", async (c) => {
+    const target = await filesTarget(c);
+    if (target instanceof Response) return target;
+    const { record, path } = target;
     const read = await record.box.tools.readFile({ path, maxBytes: MAX_FILE_BYTES, signal: c.req.raw.signal });
     if (read.type === "not_found") return apiError(c, 404, "not_found", `no such file: ${path}`);
     if (read.type === "not_a_file") return apiError(c, 400, "not_a_file", `${path} is not a file`);
@@ -160,12 +168,9 @@ export function dataPlaneApp(context: DataPlaneContext): Hono<StandInEnv> {
   });
 
   app.post("/files", async (c) => {
-    const record = sandbox(c);
-    if (record instanceof Response) return record;
-    const refused = await playFault(c, faults.take("files"), { hangs, table, record });
-    if (refused) return refused;
-    const path = pathOf(c);
-    if (path === null) return apiError(c, 400, "invalid_path", "path must be absolute without '..' segments");
+    const target = await filesTarget(c);
+    if (target instanceof Response) return target;
+    const { record, path } = target;
     const content = new Uint8Array(await c.req.arrayBuffer());
     const made = await record.box.tools.exec({
       command: ["mkdir", "-p", "--", posix.dirname(path)],
