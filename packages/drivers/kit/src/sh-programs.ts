@@ -37,6 +37,15 @@ export const WRAPPER_FAILURE = "openma-exec: ";
  * by that mark. Only a process that deliberately drops its environment
  * (`env -i`) and leaves the group escapes the kill; terminating the
  * container still ends it.
+ *
+ * The wrapper survives the group-wide TERM of its own cleanup and of a
+ * wrapper nested inside it (a remote driver's wrapper running under a
+ * stand-in's). While the command starts, TERM has a handler that does
+ * nothing: an ignore would stay ignored in the command across exec, while a
+ * handler is reset there. Once started, the wrapper ignores TERM, so `wait`
+ * is never interrupted (an interrupted `wait` cannot tell the command's
+ * status reliably in every shell). Trapping only after the start left a
+ * window in which a fast nested command's cleanup ended the wrapper with 143.
  */
 export const EXEC_WRAPPER = `
 pidf=$1; envf=$2; cwd=$3; shift 3
@@ -55,6 +64,7 @@ fi
 if [ -n "$cwd" ]; then cd -- "$cwd" 2>/dev/null || fail "cannot change directory to $cwd"; fi
 tree=\${pidf##*/}; export ${EXEC_TREE_VAR}="\${tree%.pid}"
 command -v -- "$1" >/dev/null 2>&1 || fail "command not found: $1"
+trap ':' TERM
 exec 3<&0
 "$@" 0<&3 3<&- &
 child=$!
