@@ -1,10 +1,11 @@
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
+import { isNonPublicAddress } from "@openma/egress/public-address";
 import { ManualScheduler } from "@openma/time";
 import { Webhook } from "standardwebhooks";
 import { describe, expect, it } from "vitest";
 import { newSigningSecret, signDelivery } from "./signing.ts";
-import { guardedLookup, isNonPublicAddress, targetProblem } from "./targets.ts";
+import { guardedLookup, targetProblem } from "./targets.ts";
 import { WebhookDeliveryWorker } from "./worker.ts";
 
 describe("webhook targets", () => {
@@ -23,6 +24,8 @@ describe("webhook targets", () => {
       "fe80::1",
       "fd00::1",
       "::ffff:127.0.0.1",
+      "2002:7f00:1::1", // 6to4 embedding 127.0.0.1
+      "2001:0:7f00:1::1", // Teredo
       "not-an-ip",
     ]) {
       expect(isNonPublicAddress(ip), ip).toBe(true);

@@ -15,11 +15,12 @@
 import http from "node:http";
 import https from "node:https";
 import { isIP } from "node:net";
+import { isNonPublicAddress } from "@openma/egress/public-address";
 import type { Database } from "@openma/storage";
 import type { Scheduler } from "@openma/time";
 import type { Kysely } from "kysely";
 import { signDelivery } from "./signing.ts";
-import { guardedLookup, isNonPublicAddress } from "./targets.ts";
+import { guardedLookup } from "./targets.ts";
 
 export interface WebhookLogger {
   info(obj: object, msg?: string): void;

@@ -1,3 +1,4 @@
+import { isNonPublicAddress } from "@openma/egress/public-address";
 import { describe, expect, it } from "vitest";
 import {
   AddressPolicy,
@@ -5,7 +6,6 @@ import {
   hostInDomain,
   hostMatchesPattern,
   hostRefusal,
-  isSpecialAddress,
   normalizeHost,
   patternCoveredBy,
 } from "./host-policy.ts";
@@ -97,9 +97,9 @@ describe("addresses", () => {
       "2001:db8::1",
       "not-an-ip",
     ];
-    for (const a of special) expect(isSpecialAddress(a), a).toBe(true);
+    for (const a of special) expect(isNonPublicAddress(a), a).toBe(true);
     for (const a of ["8.8.8.8", "1.1.1.1", "172.32.0.1", "93.184.216.34", "2606:4700::1111", "::ffff:8.8.8.8"]) {
-      expect(isSpecialAddress(a), a).toBe(false);
+      expect(isNonPublicAddress(a), a).toBe(false);
     }
   });
 

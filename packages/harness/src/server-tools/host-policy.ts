@@ -18,31 +18,12 @@
  * `127.0.0.1` does not open loopback, because the server's own network is
  * not theirs to reach.
  */
-import { BlockList, isIP } from "node:net";
+import { BlockList } from "node:net";
+import { hostMatchesAny as hostMatchesAnyPattern, hostMatches as hostMatchesPattern, normalizeHost } from "@openma/egress/hosts";
+import { addressFamily as family, isNonPublicAddress } from "@openma/egress/public-address";
 
-/** Lower-cases, drops IPv6 brackets and a trailing root dot. */
-export function normalizeHost(host: string): string {
-  let h = host.trim().toLowerCase();
-  if (h.startsWith("[") && h.endsWith("]")) h = h.slice(1, -1);
-  if (h.endsWith(".")) h = h.slice(0, -1);
-  return h;
-}
-
-/** Exact match, or `*.suffix` matching strict subdomains of `suffix`. */
-export function hostMatchesPattern(host: string, pattern: string): boolean {
-  const h = normalizeHost(host);
-  const p = normalizeHost(pattern);
-  if (p.length === 0 || h.length === 0) return false;
-  if (p.startsWith("*.")) {
-    const suffix = p.slice(1); // ".example.com"
-    return suffix.length > 1 && h.length > suffix.length && h.endsWith(suffix);
-  }
-  return h === p;
-}
-
-export function hostMatchesAnyPattern(host: string, patterns: readonly string[]): boolean {
-  return patterns.some((p) => hostMatchesPattern(host, p));
-}
+// The API's host-pattern rule is the egress gateway's (one implementation for both).
+export { hostMatchesAnyPattern, hostMatchesPattern, normalizeHost };
 
 /** `domain` itself or any subdomain of it (web_fetch allowed/blocked domains). */
 export function hostInDomain(host: string, domain: string): boolean {
@@ -93,56 +74,6 @@ export function hostRefusal(host: string, policy: HostPolicy): string | null {
   return null;
 }
 
-// Every range that is not public unicast: private, loopback, link-local, CGNAT,
-// multicast, reserved, documentation, benchmarking, and the IPv6 transition
-// forms that can embed an IPv4 address (NAT64, 6to4, Teredo, IPv4-compatible).
-const SPECIAL_V4: Array<[string, number]> = [
-  ["0.0.0.0", 8],
-  ["10.0.0.0", 8],
-  ["100.64.0.0", 10],
-  ["127.0.0.0", 8],
-  ["169.254.0.0", 16],
-  ["172.16.0.0", 12],
-  ["192.0.0.0", 24],
-  ["192.0.2.0", 24],
-  ["192.88.99.0", 24],
-  ["192.168.0.0", 16],
-  ["198.18.0.0", 15],
-  ["198.51.100.0", 24],
-  ["203.0.113.0", 24],
-  ["224.0.0.0", 4],
-  ["240.0.0.0", 4],
-];
-const SPECIAL_V6: Array<[string, number]> = [
-  ["::", 96],
-  ["64:ff9b::", 96],
-  ["64:ff9b:1::", 48],
-  ["100::", 64],
-  ["2001::", 32],
-  ["2001:db8::", 32],
-  ["2002::", 16],
-  ["fc00::", 7],
-  ["fe80::", 10],
-  ["fec0::", 10],
-  ["ff00::", 8],
-];
-
-const SPECIAL = new BlockList();
-for (const [net, prefix] of SPECIAL_V4) SPECIAL.addSubnet(net, prefix, "ipv4");
-for (const [net, prefix] of SPECIAL_V6) SPECIAL.addSubnet(net, prefix, "ipv6");
-
-function family(address: string): "ipv4" | "ipv6" | null {
-  const v = isIP(address);
-  return v === 4 ? "ipv4" : v === 6 ? "ipv6" : null;
-}
-
-/** True for any address that is not public unicast (IPv4-mapped IPv6 included). */
-export function isSpecialAddress(address: string): boolean {
-  const f = family(address);
-  if (!f) return true;
-  return SPECIAL.check(address, f);
-}
-
 /**
  * Decides which resolved addresses a request may connect to. `allowCidrs` is
  * operator configuration (e.g. `["127.0.0.1/32"]` for tests or an internal
@@ -167,7 +98,7 @@ export class AddressPolicy {
   refusal(address: string): string | null {
     const f = family(address);
     if (!f) return `not an IP address: ${address}`;
-    if (!isSpecialAddress(address)) return null;
+    if (!isNonPublicAddress(address)) return null;
     if (this.allowed.check(address, f)) return null;
     return `address ${address} is private, loopback, link-local or reserved`;
   }
