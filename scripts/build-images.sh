@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the sandbox images without any registry:
-#   openma/sandbox-base:<tag>     Debian bookworm minbase + node, npm, bash, coreutils, tar, unzip, ripgrep
+#   openma/sandbox-base:<tag>     Debian bookworm minbase + node, npm, bash, coreutils, tar, unzip, ripgrep,
+#                                 git, curl, python3 with pip and venv
 #   openma/sandbox-busybox:<tag>  a static busybox only, for fast tests
 #   openma/sandbox-dev:<tag>      opt-in (OPENMA_DEV_IMAGE=1): the base plus the toolchain of a cloud dev
-#                                 container: git, curl, wget, python3 with pip and venv, build-essential,
+#                                 container: wget, python3 headers, build-essential,
 #                                 jq, unzip/zip, openssh-client, ... (docs/images.md: size, build time)
 # Each is a local rootfs loaded with `docker import`. The rootfs directories
 # stay under /var/lib/openma/rootfs/ for the bubblewrap driver.
@@ -27,9 +28,11 @@ set -euo pipefail
 
 SUITE=bookworm
 MIRROR="${OPENMA_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-INCLUDE=bash,coreutils,tar,gzip,unzip,ripgrep,libstdc++6,ca-certificates,procps
-# What a coding agent expects of a dev container; Recommends are not pulled (debootstrap never does).
-DEV_INCLUDE="$INCLUDE,git,curl,wget,python3,python3-pip,python3-venv,python3-dev,build-essential,pkg-config,jq,zip,xz-utils,bzip2,openssh-client,less,file,patch,tree,sqlite3,gnupg,netbase"
+# The least a coding agent needs to work in a default session: clone (git), fetch (curl), install
+# (npm from our Node, python3 -m pip into a venv). Recommends are not pulled (debootstrap never does).
+INCLUDE=bash,coreutils,tar,gzip,unzip,ripgrep,libstdc++6,ca-certificates,procps,git,curl,python3,python3-pip,python3-venv
+# The rest of a cloud dev container's toolchain.
+DEV_INCLUDE="$INCLUDE,wget,python3-dev,build-essential,pkg-config,jq,zip,xz-utils,bzip2,openssh-client,less,file,patch,tree,sqlite3,gnupg,netbase"
 WITH_DEV="${OPENMA_DEV_IMAGE:-0}"
 STATE_DIR="${OPENMA_STATE_DIR:-/var/lib/openma}"
 ROOTFS_DIR="$STATE_DIR/rootfs"
@@ -135,6 +138,16 @@ trim_rootfs() {
     "$1"/usr/share/doc/* "$1"/usr/share/man/* "$1"/usr/share/info/* "$1"/var/log/*.log
 }
 
+# `check_tools <rootfs> <command>...`: each command runs inside the rootfs, or the build fails naming it.
+check_tools() {
+  local rootfs="$1" tool
+  shift
+  for tool in "$@"; do
+    # shellcheck disable=SC2086 # the words of $tool are the command and its arguments
+    chroot "$rootfs" /usr/bin/env PATH="$SANDBOX_PATH" HOME=/root $tool >/dev/null 2>&1 || die "${rootfs##*/}: \`$tool\` does not run"
+  done
+}
+
 build_base_rootfs() {
   local work="$BASE_ROOTFS.partial" started=$SECONDS
   rm -rf "$work"
@@ -148,6 +161,7 @@ build_base_rootfs() {
   sandbox_dirs "$work"
   [ "$(chroot "$work" /usr/local/bin/node --version)" = "$NODE_VERSION" ] || die "node does not run inside the base rootfs"
   [ "$(chroot "$work" /usr/local/bin/node /usr/local/bin/npm --version)" = "$NPM_VERSION" ] || die "npm does not run inside the base rootfs"
+  check_tools "$work" "git --version" "curl --version" "python3 -m pip --version" "python3 -m venv --help"
   printf '%s' "$TAG" >"$work/.openma-rootfs"
   rm -rf "$BASE_ROOTFS"
   mv "$work" "$BASE_ROOTFS"
@@ -183,12 +197,8 @@ build_dev_rootfs() {
   trim_rootfs "$work"
   add_agent_user "$work" /bin/bash
   sandbox_dirs "$work"
-  local tool
-  for tool in "git --version" "curl --version" "wget --version" "python3 -m pip --version" "python3 -m venv --help" \
-    "npm --version" "gcc --version" "make --version" "jq --version" "rg --version" "ssh -V" "unzip -v"; do
-    # shellcheck disable=SC2086 # the words of $tool are the command and its arguments
-    chroot "$work" /usr/bin/env PATH="$SANDBOX_PATH" HOME=/root $tool >/dev/null 2>&1 || die "dev rootfs: \`$tool\` does not run"
-  done
+  check_tools "$work" "git --version" "curl --version" "wget --version" "python3 -m pip --version" "python3 -m venv --help" \
+    "npm --version" "gcc --version" "make --version" "jq --version" "rg --version" "ssh -V" "unzip -v"
   printf '%s' "$DEV_TAG" >"$work/.openma-rootfs"
   rm -rf "$DEV_ROOTFS"
   mv "$work" "$DEV_ROOTFS"
