@@ -17,17 +17,18 @@
  */
 import { execFileSync, spawnSync } from "node:child_process";
 import { createReadStream } from "node:fs";
-import { mkdir, mkdtemp, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { availableParallelism, cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
 import { type CheckpointCache, createCheckpoint } from "@openma/persistence/checkpoint";
+import { chunkBuffer } from "@openma/persistence/chunker";
 import { DEFAULT_CONCURRENCY } from "@openma/persistence/concurrency";
 import { CountingBlobStore } from "@openma/persistence/instrument";
 import { restoreCheckpoint } from "@openma/persistence/restore";
 import { seededBytes } from "@openma/persistence/testkit";
 import { startS3StandIn } from "@openma/s3-standin";
-import { type BlobStore, FsBlobStore } from "@openma/storage/blobs";
+import { type BlobStore, FsBlobStore, sha256Hex } from "@openma/storage/blobs";
 import { S3BlobStore } from "@openma/storage/s3-blobs";
 
 const MiB = 1024 * 1024;
@@ -222,6 +223,26 @@ async function benchSize(): Promise<void> {
       `${(fullTraffic.putBytes / MiB).toFixed(1)} MiB written as ${fullTraffic.puts} fsynced objects (packs + manifest)`,
     );
     report("full checkpoint", full, "tar -cf archive.tar . && sync archive.tar", tarFile, "same run, second reference");
+    // The CPU floor of any content-defined, content-addressed checkpoint on one thread: cut points
+    // and a SHA-256 per chunk over the tree's bytes already in memory (no I/O at all).
+    if (TOTAL <= 256 * MiB) {
+      const bytes = await Promise.all(sizes.map((_, i) => readFile(join(ws, pathOf(i)))));
+      const floor: number[] = [];
+      for (let r = 0; r < REPS; r++) {
+        floor.push(
+          await timed(() => {
+            for (const b of bytes) for (const c of chunkBuffer(b)) sha256Hex(c);
+          }),
+        );
+      }
+      report(
+        "chunk + sha256 of the bytes in memory (one thread)",
+        floor,
+        "tar -cf - . \\| sha256sum",
+        tarFull,
+        "CPU floor: no reads, no writes",
+      );
+    }
     const memory: number[] = [];
     for (let r = 0; r < REPS; r++) {
       memory.push(await timed(async () => createCheckpoint(new MemoryBlobStore(), ws, { concurrency: CONCURRENCY })));
