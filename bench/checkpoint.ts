@@ -1,33 +1,43 @@
 /**
  * Workspace checkpoint benchmark: `npx tsx bench/checkpoint.ts`.
  *
- * Builds a 100 MiB / 2,000-file workspace in a temp dir and measures, in the
- * same run and against the same tree:
- *   full checkpoint        vs  tar -cf - . | sha256sum
- *   restore                vs  tar -xf archive.tar
+ * For each size in BENCH_SIZES (MiB, default "10,100,1024"; 20 files per MiB,
+ * so 100 MiB is the 2,000-file tree) it builds a workspace in a temp dir and
+ * measures, in the same run and against the same tree:
+ *   full checkpoint (packed, ADR 0029)  vs  tar -cf - . | sha256sum
+ *   restore, every byte verified        vs  tar -xf archive.tar
  *   incremental after a 1% change, without and with the stat cache,
- *                          vs  the same tar | sha256sum (what a non-incremental archive costs)
+ *                                       vs  the full checkpoint (time and bytes written)
+ *   on the S3 stand-in (sizes up to BENCH_S3_MAX_MIB, default 100):
+ *     full checkpoint                   vs  one PutObject of the tar
  * The full checkpoint is also shown against tar written to a file + fsync.
- * Each figure is the median of BENCH_REPS runs (default 3). The page cache is
- * warm for both sides (the tree was just written), so this compares CPU and
- * syscall work, not cold-disk reads.
+ * Each figure is the median of BENCH_REPS runs (default 3; 1 for sizes over
+ * 256 MiB). The page cache is warm for both sides (the tree was just
+ * written), so this compares CPU and syscall work, not cold-disk reads.
  */
 import { execFileSync, spawnSync } from "node:child_process";
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { createReadStream } from "node:fs";
+import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { availableParallelism, cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
+import { PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
 import { type CheckpointCache, createCheckpoint } from "@openma/persistence/checkpoint";
+import { chunkBuffer } from "@openma/persistence/chunker";
 import { DEFAULT_CONCURRENCY } from "@openma/persistence/concurrency";
 import { CountingBlobStore } from "@openma/persistence/instrument";
 import { restoreCheckpoint } from "@openma/persistence/restore";
 import { seededBytes } from "@openma/persistence/testkit";
-import { type BlobStore, FsBlobStore } from "@openma/storage/blobs";
+import { startS3StandIn } from "@openma/s3-standin";
+import { type BlobStore, FsBlobStore, sha256Hex } from "@openma/storage/blobs";
+import { S3BlobStore } from "@openma/storage/s3-blobs";
 
-const TOTAL = 100 * 1024 * 1024;
-const FILES = 2_000;
-const REPS = Number(process.env.BENCH_REPS ?? 3);
-const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? DEFAULT_CONCURRENCY);
 const MiB = 1024 * 1024;
+const SIZES = (process.env.BENCH_SIZES ?? "10,100,1024").split(",").map(Number);
+const S3_MAX_MIB = Number(process.env.BENCH_S3_MAX_MIB ?? 100);
+let TOTAL = 100 * MiB;
+let FILES = 2_000;
+let REPS = 3;
+const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? DEFAULT_CONCURRENCY);
 
 /** Deterministic, skewed sizes like a real repo: many small files, a few large ones. */
 function fileSizes(): number[] {
@@ -55,11 +65,12 @@ async function generate(root: string): Promise<number[]> {
   return sizes;
 }
 
-/** Changes 1% of the bytes: a 64 KiB region rewritten in the middle of 16 files of at least 128 KiB. */
+/** Changes 1% of the bytes: a 64 KiB region rewritten in the middle of files of at least 128 KiB. */
 async function changeOnePercent(root: string, sizes: number[], round: number): Promise<number> {
   const big = sizes.map((n, i) => [n, i] as const).filter(([n]) => n >= 128 * 1024);
   let changed = 0;
-  for (let k = 0; k < 16; k++) {
+  const edits = Math.round(TOTAL / 100 / (64 * 1024));
+  for (let k = 0; k < edits; k++) {
     const i = big[(round * 7919 + k * 127) % big.length]![1];
     const data = seededBytes(`file-${i}`, sizes[i]!);
     const region = 64 * 1024;
@@ -109,11 +120,71 @@ const rows: string[][] = [];
 function report(name: string, ours: number[], baselineName: string, baseline: number[], note = ""): void {
   const o = median(ours);
   const b = median(baseline);
-  rows.push([name, `${o.toFixed(0)} ms`, baselineName, `${b.toFixed(0)} ms`, `${(o / b).toFixed(2)}x`, note]);
-  console.log(`${name}: ${o.toFixed(0)} ms | ${baselineName.replace("\\", "")}: ${b.toFixed(0)} ms | ratio ${(o / b).toFixed(2)}x ${note}`);
+  const label = `${TOTAL / MiB} MiB: ${name}`;
+  rows.push([label, `${o.toFixed(0)} ms`, baselineName, `${b.toFixed(0)} ms`, `${(o / b).toFixed(2)}x`, note]);
+  console.log(
+    `${label}: ${o.toFixed(0)} ms | ${baselineName.replace("\\", "")}: ${b.toFixed(0)} ms | ratio ${(o / b).toFixed(2)}x ${note}`,
+  );
+}
+
+const S3_CREDENTIALS = { accessKeyId: "AKIABENCHCHECKPOINT", secretAccessKey: "bench-checkpoint-secret/0123456789+abcd" };
+
+/**
+ * Full checkpoint into the S3 stand-in (packs PUT two at a time) vs one PUT of the tar. The stand-in
+ * does not implement multipart uploads, so the baseline is a single streamed PutObject of the archive.
+ */
+async function s3Rows(ws: string, archive: string): Promise<void> {
+  const standIn = await startS3StandIn({ ...S3_CREDENTIALS, buckets: ["bench"], maxObjectBytes: 2 * 1024 * MiB });
+  const endpoint = { endpoint: standIn.endpoint, region: standIn.region, forcePathStyle: true, credentials: S3_CREDENTIALS };
+  const client = new S3Client(endpoint);
+  try {
+    const ours: number[] = [];
+    const tarUpload: number[] = [];
+    const size = (await stat(archive)).size;
+    for (let r = 0; r < REPS; r++) {
+      tarUpload.push(
+        await timed(async () => {
+          await client.send(
+            new PutObjectCommand({ Bucket: "bench", Key: `tar-${r}`, Body: createReadStream(archive), ContentLength: size }),
+          );
+        }),
+      );
+      const store = new S3BlobStore({ bucket: "bench", prefix: `run-${r}`, ...endpoint });
+      ours.push(
+        await timed(async () => {
+          const cp = await createCheckpoint(store, ws, { concurrency: CONCURRENCY });
+          if (!cp.ok) throw new Error(cp.error.message);
+        }),
+      );
+      store.close();
+    }
+    report("full checkpoint, S3 stand-in", ours, "one PutObject of the tar", tarUpload, `tar is ${(size / MiB).toFixed(1)} MiB`);
+  } finally {
+    client.destroy();
+    await standIn.close();
+  }
 }
 
 async function main(): Promise<void> {
+  for (const mib of SIZES) {
+    TOTAL = mib * MiB;
+    FILES = Math.max(20, mib * 20);
+    REPS = Number(process.env.BENCH_REPS ?? (mib > 256 ? 1 : 3));
+    await benchSize();
+  }
+  const cpu = cpus()[0]?.model ?? "unknown";
+  console.log("\n| Operation | OpenMA | Baseline | Baseline time | Ratio | Notes |");
+  console.log("|---|---|---|---|---|---|");
+  for (const r of rows) console.log(`| ${r.join(" | ")} |`);
+  console.log(
+    `\nMachine: ${availableParallelism()} CPUs (${cpu}), Node ${process.version}, ${new Date().toISOString().slice(0, 10)}, ` +
+      `load average at end ${loadavg()
+        .map((l) => l.toFixed(1))
+        .join(" / ")}, concurrency ${CONCURRENCY}`,
+  );
+}
+
+async function benchSize(): Promise<void> {
   const base = await mkdtemp(join(tmpdir(), "openma-bench-checkpoint-"));
   try {
     const ws = join(base, "ws");
@@ -149,9 +220,29 @@ async function main(): Promise<void> {
       full,
       "tar -cf - . \\| sha256sum",
       tarFull,
-      `${(fullTraffic.putBytes / MiB).toFixed(1)} MiB written as ${fullTraffic.puts} fsynced objects`,
+      `${(fullTraffic.putBytes / MiB).toFixed(1)} MiB written as ${fullTraffic.puts} fsynced objects (packs + manifest)`,
     );
     report("full checkpoint", full, "tar -cf archive.tar . && sync archive.tar", tarFile, "same run, second reference");
+    // The CPU floor of any content-defined, content-addressed checkpoint on one thread: cut points
+    // and a SHA-256 per chunk over the tree's bytes already in memory (no I/O at all).
+    if (TOTAL <= 256 * MiB) {
+      const bytes = await Promise.all(sizes.map((_, i) => readFile(join(ws, pathOf(i)))));
+      const floor: number[] = [];
+      for (let r = 0; r < REPS; r++) {
+        floor.push(
+          await timed(() => {
+            for (const b of bytes) for (const c of chunkBuffer(b)) sha256Hex(c);
+          }),
+        );
+      }
+      report(
+        "chunk + sha256 of the bytes in memory (one thread)",
+        floor,
+        "tar -cf - . \\| sha256sum",
+        tarFull,
+        "CPU floor: no reads, no writes",
+      );
+    }
     const memory: number[] = [];
     for (let r = 0; r < REPS; r++) {
       memory.push(await timed(async () => createCheckpoint(new MemoryBlobStore(), ws, { concurrency: CONCURRENCY })));
@@ -184,47 +275,47 @@ async function main(): Promise<void> {
     report("restore (verify every byte)", restore, "tar -xf archive.tar", untar);
 
     // Incremental: a fresh 1% change before each run, checkpointed into the store holding the previous
-    // state. Without a cache every file is read and chunked; with the previous checkpoint's cache only
-    // files whose inode/size/mtime/ctime changed are read.
+    // state. Without a cache every file is read and chunked (the previous checkpoint is the `base`
+    // whose packs are reused); with its cache only files whose inode/size/mtime/ctime changed are read.
+    // Both are compared with the full checkpoint: time and bytes written.
     const pct = (n: number) => ((100 * n) / TOTAL).toFixed(2);
     let cache: CheckpointCache | undefined;
     for (const useCache of [false, true]) {
       const inc: number[] = [];
-      const tarInc: number[] = [];
-      let last = { uploaded: 0, puts: 0, cachedFiles: 0, changed: 0 };
+      let last = { uploaded: 0, puts: 0, putBytes: 0, cachedFiles: 0, changed: 0 };
       for (let r = 0; r < REPS; r++) {
         const changed = await changeOnePercent(ws, sizes, (useCache ? 100 : 0) + r + 1);
-        tarInc.push(await timed(tarHash));
         store.reset();
         inc.push(
           await timed(async () => {
-            const cp = await createCheckpoint(store, ws, { concurrency: CONCURRENCY, ...(useCache && cache ? { cache } : {}) });
+            const cp = await createCheckpoint(store, ws, {
+              concurrency: CONCURRENCY,
+              ...(useCache && cache ? { cache } : { base: id }),
+            });
             if (!cp.ok) throw new Error(cp.error.message);
             cache = cp.cache;
-            last = { uploaded: cp.stats.uploadedBytes, puts: store.traffic.puts, cachedFiles: cp.stats.cachedFiles, changed };
+            id = cp.id;
+            last = {
+              uploaded: cp.stats.uploadedBytes,
+              puts: store.traffic.puts,
+              putBytes: store.traffic.putBytes,
+              cachedFiles: cp.stats.cachedFiles,
+              changed,
+            };
           }),
         );
       }
       report(
         `incremental checkpoint, 1% changed, ${useCache ? "with stat cache" : "no cache (reads all)"}`,
         inc,
-        "tar -cf - . \\| sha256sum",
-        tarInc,
-        `changed ${pct(last.changed)}%, uploaded ${(last.uploaded / MiB).toFixed(2)} MiB = ${pct(last.uploaded)}% in ${last.puts} objects` +
+        "full checkpoint",
+        full,
+        `changed ${pct(last.changed)}%, wrote ${(last.putBytes / MiB).toFixed(2)} MiB = ${((100 * last.putBytes) / fullTraffic.putBytes).toFixed(2)}% of the full checkpoint's bytes in ${last.puts} objects` +
           (useCache ? `, ${last.cachedFiles} files not read` : ""),
       );
     }
 
-    const cpu = cpus()[0]?.model ?? "unknown";
-    console.log("\n| Operation | OpenMA | Baseline | Baseline time | Ratio | Notes |");
-    console.log("|---|---|---|---|---|---|");
-    for (const r of rows) console.log(`| ${r.join(" | ")} |`);
-    console.log(
-      `\nMachine: ${availableParallelism()} CPUs (${cpu}), Node ${process.version}, ${new Date().toISOString().slice(0, 10)}, ` +
-        `load average at end ${loadavg()
-          .map((l) => l.toFixed(1))
-          .join(" / ")}, reps ${REPS}, concurrency ${CONCURRENCY}`,
-    );
+    if (TOTAL / MiB <= S3_MAX_MIB) await s3Rows(ws, archive);
   } finally {
     await rm(base, { recursive: true, force: true });
   }

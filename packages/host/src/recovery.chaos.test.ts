@@ -10,7 +10,7 @@ import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { FlatMetadata } from "@openma/contract";
-import { chunkKey, loadCheckpointManifest } from "@openma/persistence";
+import { loadCheckpointManifest, packKey } from "@openma/persistence";
 import { FsBlobStore } from "@openma/storage/blobs";
 import { BACKENDS, openTestStorage, type TestStorage } from "@openma/storage/testing";
 import { ManualScheduler } from "@openma/time";
@@ -134,8 +134,9 @@ describe.each(BACKENDS)("crash recovery on real adapters and the %s fence", (dia
     const loaded = await loadCheckpointManifest(store, newest.id);
     const entry = loaded.ok ? loaded.manifest.entries.find((e) => e.type === "file") : undefined;
     const chunk = entry?.type === "file" ? entry.chunks[0]! : null;
-    const bytes = await store.get(chunkKey(chunk!.sha256));
-    await store.put(chunkKey(chunk!.sha256), bytes!.subarray(0, 10));
+    // The chunk's pack, cut off inside the chunk.
+    const bytes = await store.get(packKey(chunk!.pack!));
+    await store.put(packKey(chunk!.pack!), bytes!.subarray(0, chunk!.offset! + 10));
 
     let restored: Record<string, string | null> = {};
     rig.harness.script(async (input) => {

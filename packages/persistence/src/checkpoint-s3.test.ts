@@ -34,7 +34,7 @@ describe("checkpoint_restore on S3", () => {
     await rm(dir, { recursive: true, force: true });
   });
 
-  it("stores chunks once, restores byte for byte, and falls back past a corrupted chunk", async () => {
+  it("stores chunks once in packs, restores byte for byte, and falls back past a corrupted pack", async () => {
     const ws = join(dir, "ws");
     await mkdir(join(ws, "src"), { recursive: true });
     const big = Buffer.alloc(600_000);
@@ -44,13 +44,16 @@ describe("checkpoint_restore on S3", () => {
 
     const first = await createCheckpoint(store, ws);
     if (!first.ok) throw new Error(first.error.message);
-    const chunksAfterFirst = (await store.list("checkpoint/chunks")).length;
+    expect(first.stats.packs).toBe(1);
+    const packsAfterFirst = await store.list("checkpoint/packs");
 
     await writeFile(join(ws, "README.md"), "second\n");
-    const second = await createCheckpoint(store, ws);
+    const second = await createCheckpoint(store, ws, { cache: first.cache });
     if (!second.ok) throw new Error(second.error.message);
-    // Only the changed file's chunk is new: the big file's chunks were stored once.
-    expect((await store.list("checkpoint/chunks")).length).toBe(chunksAfterFirst + 1);
+    // Only the changed file's chunk is new, in one small pack: the big file's chunks were stored once.
+    const packsAfterSecond = await store.list("checkpoint/packs");
+    expect(packsAfterSecond).toHaveLength(packsAfterFirst.length + 1);
+    expect(second.stats).toMatchObject({ uploadedChunks: 1, uploadedBytes: 7, packs: 1 });
 
     const target = join(dir, "restored");
     const restored = await restoreCheckpoint(store, second.id, target);
@@ -59,13 +62,13 @@ describe("checkpoint_restore on S3", () => {
     expect((await readFile(join(target, "src", "big.bin"))).equals(big)).toBe(true);
 
     // Corrupt the chunk only the newest candidate has: restore falls back to the previous revision.
-    const before = new Set((await store.list("checkpoint/chunks")).map((b) => b.key));
+    const before = new Set(packsAfterSecond.map((b) => b.key));
     await writeFile(join(ws, "README.md"), "third\n");
-    const fourth = await createCheckpoint(store, ws);
+    const fourth = await createCheckpoint(store, ws, { base: second.id });
     if (!fourth.ok) throw new Error(fourth.error.message);
-    const fresh = (await store.list("checkpoint/chunks")).map((b) => b.key).filter((k) => !before.has(k));
+    const fresh = (await store.list("checkpoint/packs")).map((b) => b.key).filter((k) => !before.has(k));
     expect(fresh).toHaveLength(1);
-    await store.put(fresh[0]!, Buffer.from("not the chunk"));
+    await store.put(fresh[0]!, Buffer.from("not the pack"));
     const fallback = await restoreLatestVerified(store, [fourth.id, second.id], join(dir, "fallback"));
     expect(fallback).toMatchObject({ ok: true, id: second.id });
     expect(await readFile(join(dir, "fallback", "README.md"), "utf8")).toBe("second\n");

@@ -6,7 +6,8 @@ import { FsBlobStore } from "@openma/storage/blobs";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { type CheckpointCache, createCheckpoint } from "./checkpoint.ts";
 import { CountingBlobStore } from "./instrument.ts";
-import { checkpointManifestKey, chunkKey } from "./manifest.ts";
+import { type ChunkRef, checkpointManifestKey } from "./manifest.ts";
+import { packKey } from "./packs.ts";
 import { loadCheckpointManifest, restoreCheckpoint, restoreLatestVerified } from "./restore.ts";
 import { blobFile, flipByte, seededBytes, snapshotTree, type TempDirs, tempDirs, truncateFile } from "./testkit.ts";
 
@@ -69,9 +70,12 @@ describe("checkpoint and restore round trip", () => {
     await buildWorkspace(ws);
     const first = await checkpoint(ws);
     t.store.reset();
-    const second = await checkpoint(ws);
-    expect(second.id).toBe(first.id);
-    expect(second.stats).toMatchObject({ uploadedChunks: 0, uploadedBytes: 0, reusedChunks: first.stats.uploadedChunks });
+    // The previous checkpoint says where its chunks are (its cache, or its id as `base` after a restart).
+    for (const index of [{ cache: first.cache }, { base: first.id }]) {
+      const second = await checkpoint(ws, index);
+      expect(second.id).toBe(first.id);
+      expect(second.stats).toMatchObject({ uploadedChunks: 0, uploadedBytes: 0, packs: 0, reusedChunks: first.stats.uploadedChunks });
+    }
     expect(t.store.traffic.putBytes).toBe(0);
   });
 
@@ -97,22 +101,29 @@ describe("incremental checkpoints", () => {
     for (let i = 0; i < 100; i++) await writeFile(join(ws, "files", `f${i}.bin`), seededBytes(`f${i}`, 40_000));
     const large = seededBytes("large", 4_000_000);
     await writeFile(join(ws, "large.bin"), large);
-    const full = await checkpoint(ws);
+    const full = await checkpoint(ws, { packBytes: 1024 * 1024 });
     const total = full.stats.bytes;
     expect(full.stats.uploadedBytes).toBe(total);
+    // One durable write per pack (about 1 MiB each here) and one for the manifest, not one per chunk.
+    expect(full.stats.packs).toBeGreaterThanOrEqual(5);
+    expect(t.store.traffic.puts).toBe(full.stats.packs + 1);
 
     // ~1%: one small file rewritten, 40 KB inserted in the middle of the large one.
     await writeFile(join(ws, "files", "f7.bin"), seededBytes("f7-v2", 40_000));
     const edited = Buffer.concat([large.subarray(0, 2_000_000), seededBytes("insert", 40_000), large.subarray(2_000_000)]);
     await writeFile(join(ws, "large.bin"), edited);
     t.store.reset();
-    const inc = await checkpoint(ws);
+    const inc = await checkpoint(ws, { base: full.id });
     const changed = 80_000;
     expect(inc.id).not.toBe(full.id);
     expect(inc.stats.uploadedBytes).toBeGreaterThanOrEqual(changed);
     // The edit in the large file costs the chunks around it, not the file.
     expect(inc.stats.uploadedBytes / inc.stats.bytes).toBeLessThan(0.04);
-    expect(t.store.traffic.putBytes - inc.stats.manifestBytes).toBe(inc.stats.uploadedBytes);
+    // What was written beyond the manifest is the new chunks plus one pack index (a few bytes per chunk).
+    const packed = t.store.traffic.putBytes - inc.stats.manifestBytes;
+    expect(packed).toBeGreaterThanOrEqual(inc.stats.uploadedBytes);
+    expect(packed).toBeLessThan(inc.stats.uploadedBytes + 200 * inc.stats.uploadedChunks + 1024);
+    expect(t.store.traffic.puts).toBe(inc.stats.packs + 1);
     expect(inc.stats.reusedChunks).toBeGreaterThan(100);
     expect((await restoreCheckpoint(t.store, inc.id, t.path("r"))).ok).toBe(true);
     expect((await readFile(t.path("r", "large.bin"))).equals(edited)).toBe(true);
@@ -139,16 +150,18 @@ describe("incremental checkpoints", () => {
     await writeFile(join(ws, "src/main.ts"), "console.log(2);\n");
     const changed = await checkpoint(ws, { cache: aged(cached.cache), afterFileRead });
     expect(reads).toEqual(["src/main.ts"]);
-    expect(changed.id).toBe((await checkpoint(ws)).id);
+    // Reading every file against the first checkpoint's packs gives the same candidate: a pack is named by its index.
+    expect(changed.id).toBe((await checkpoint(ws, { base: first.id })).id);
     expect(changed.id).not.toBe(first.id);
 
-    // A cached chunk that was swept from the store sends that file back to being read.
+    // A cached pack that was swept from the store sends the files with chunks in it back to being read;
+    // main.ts's new chunk lives in the second checkpoint's own pack, which is still there.
     const readme = changed.cache.files.get("README.md")!;
-    await t.store.delete(chunkKey(readme.chunks[0]!.sha256));
+    await t.store.delete(packKey(readme.chunks[0]!.pack!));
     reads.length = 0;
     const healed = await checkpoint(ws, { cache: aged(changed.cache), afterFileRead });
-    expect(reads).toEqual(["README.md"]);
-    expect(healed.stats.uploadedChunks).toBe(1);
+    expect(reads.sort()).toEqual(["README.md", "readonly/secret", "run.sh", "src/lib/big.bin"]);
+    expect(healed.stats).toMatchObject({ packs: 1, cachedFiles: 2 });
     expect((await restoreCheckpoint(t.store, healed.id, t.path("r"))).ok).toBe(true);
   });
 
@@ -170,12 +183,14 @@ describe("incremental checkpoints", () => {
     if (!manifest.ok) throw new Error("manifest");
     const big = manifest.manifest.entries.find((e) => e.path === "src/lib/big.bin");
     if (big?.type !== "file") throw new Error("big.bin");
-    await flipByte(blobFile(t.storeRoot, chunkKey(big.chunks[0]!.sha256)), 10);
-    const trusting = await checkpoint(ws);
+    await flipByte(blobFile(t.storeRoot, packKey(big.chunks[0]!.pack!)), big.chunks[0]!.offset! + 10);
+    const trusting = await checkpoint(ws, { base: cp.id });
     expect(trusting.stats.uploadedChunks).toBe(0);
-    const verifying = await checkpoint(ws, { verifyExisting: true });
+    const verifying = await checkpoint(ws, { base: cp.id, verifyExisting: true });
     expect(verifying.stats.uploadedChunks).toBe(1);
-    expect((await restoreCheckpoint(t.store, cp.id, t.path("r"))).ok).toBe(true);
+    // The repaired chunk lives in a new pack: the new revision restores, the damaged one is refused.
+    expect((await restoreCheckpoint(t.store, verifying.id, t.path("r"))).ok).toBe(true);
+    expect(await restoreCheckpoint(t.store, cp.id, t.path("r2"))).toMatchObject({ ok: false, error: { code: "chunk_corrupt" } });
   });
 });
 
@@ -186,12 +201,14 @@ describe("corrupt and truncated candidates", () => {
     const v1 = await checkpoint(ws);
     const v1Snapshot = await snapshotTree(ws);
     await writeFile(join(ws, "src/new.bin"), seededBytes("only-in-v2", 300_000));
-    const v2 = await checkpoint(ws);
+    const v2 = await checkpoint(ws, { cache: v1.cache });
     const m = await loadCheckpointManifest(t.store, v2.id);
     if (!m.ok) throw new Error("manifest");
     const entry = m.manifest.entries.find((e) => e.path === "src/new.bin");
     if (entry?.type !== "file") throw new Error("new.bin");
-    return { v1, v2, v1Snapshot, v2OnlyChunk: chunkKey(entry.chunks[1]!.sha256) };
+    const chunk = entry.chunks[1] as Required<ChunkRef>;
+    // new.bin's chunks are the only new ones, so they are alone in v2's pack.
+    return { v1, v2, v1Snapshot, v2OnlyPack: packKey(chunk.pack), at: chunk.offset };
   }
 
   async function occupiedTarget(): Promise<string> {
@@ -202,8 +219,8 @@ describe("corrupt and truncated candidates", () => {
   }
 
   it("rejects a chunk with a flipped byte and leaves the target untouched", async () => {
-    const { v2, v2OnlyChunk } = await twoRevisions();
-    await flipByte(blobFile(t.storeRoot, v2OnlyChunk), 1234);
+    const { v2, v2OnlyPack, at } = await twoRevisions();
+    await flipByte(blobFile(t.storeRoot, v2OnlyPack), at + 1234);
     const target = await occupiedTarget();
     const r = await restoreCheckpoint(t.store, v2.id, target);
     expect(r).toMatchObject({ ok: false, error: { code: "chunk_corrupt", path: "src/new.bin" } });
@@ -212,11 +229,11 @@ describe("corrupt and truncated candidates", () => {
   });
 
   it("rejects a truncated chunk and a missing chunk", async () => {
-    const { v2, v2OnlyChunk } = await twoRevisions();
-    await truncateFile(blobFile(t.storeRoot, v2OnlyChunk), 100);
+    const { v2, v2OnlyPack, at } = await twoRevisions();
+    await truncateFile(blobFile(t.storeRoot, v2OnlyPack), at + 100);
     const truncated = await restoreCheckpoint(t.store, v2.id, t.path("a"));
     expect(truncated).toMatchObject({ ok: false, error: { code: "chunk_corrupt", message: expect.stringMatching(/truncated/) } });
-    await t.store.delete(v2OnlyChunk);
+    await t.store.delete(v2OnlyPack);
     expect(await restoreCheckpoint(t.store, v2.id, t.path("b"))).toMatchObject({ ok: false, error: { code: "chunk_missing" } });
   });
 
@@ -234,8 +251,8 @@ describe("corrupt and truncated candidates", () => {
   });
 
   it("falls back to the last verified revision", async () => {
-    const { v1, v2, v1Snapshot, v2OnlyChunk } = await twoRevisions();
-    await truncateFile(blobFile(t.storeRoot, v2OnlyChunk), 10);
+    const { v1, v2, v1Snapshot, v2OnlyPack } = await twoRevisions();
+    await truncateFile(blobFile(t.storeRoot, v2OnlyPack), 10);
     const target = await occupiedTarget();
     const r = await restoreLatestVerified(t.store, [v2.id, v1.id], target);
     expect(r).toMatchObject({ ok: true, id: v1.id, rejected: [{ id: v2.id, error: { code: "chunk_corrupt" } }] });
@@ -358,11 +375,11 @@ describe("hostile workspaces are refused at checkpoint time", () => {
     const racing = new CountingBlobStore(new FsBlobStore(t.storeRoot));
     const put = racing.put.bind(racing);
     racing.put = async (key, data) => {
-      if (key.startsWith("checkpoint/manifests/")) await racing.delete(chunkKey(victim.sha256));
+      if (key.startsWith("checkpoint/manifests/")) await racing.delete(packKey(victim.pack!));
       await put(key, data);
     };
     await writeFile(join(ws, "README.md"), "# changed\n");
-    const r = await createCheckpoint(racing, ws);
+    const r = await createCheckpoint(racing, ws, { cache: first.cache });
     expect(r).toMatchObject({ ok: false, error: { code: "chunk_vanished" } });
     const retry = await createCheckpoint(t.store, ws);
     expect(retry.ok).toBe(true);

@@ -1,15 +1,17 @@
 /**
  * `checkpoint_restore`, write side: walk the workspace, split every file into
- * content-defined chunks, upload only the chunks the store does not already
- * hold, then write the immutable manifest whose SHA-256 is the candidate id.
- * A checkpoint after a small change therefore uploads roughly that change.
- * Nothing here makes a candidate active: publication is the fence's job.
+ * content-defined chunks, pack the chunks the store does not already hold
+ * into pack objects (one durable write each, ADR 0029), then write the
+ * immutable manifest whose SHA-256 is the candidate id. A checkpoint after a
+ * small change therefore writes roughly that change. Nothing here makes a
+ * candidate active: publication is the fence's job, and until the manifest
+ * exists no revision refers to the new packs, so a crash at any point leaves
+ * every published revision as it was.
  */
 import type { FileHandle } from "node:fs/promises";
 import { type BlobStore, sha256Hex } from "@openma/storage/blobs";
 import { CHUNKING_ALGORITHM, type ChunkParams, chunkStream, DEFAULT_CHUNKING, validateChunkParams } from "./chunker.ts";
-import { DEFAULT_CONCURRENCY, forEachLimit } from "./concurrency.ts";
-import { FileDigest } from "./digest.ts";
+import { DEFAULT_CONCURRENCY, forEachLimit, getOrMake } from "./concurrency.ts";
 import { type Issue, IssueError, issue, toIssue } from "./issues.ts";
 import {
   CHECKPOINT_FORMAT,
@@ -19,24 +21,25 @@ import {
   type CheckpointManifest,
   type ChunkRef,
   checkpointManifestKey,
-  chunkKey,
   DEFAULT_CHECKPOINT_LIMITS,
   type SymlinkPolicy,
   serializeManifest,
 } from "./manifest.ts";
+import { type ChunkLocation, DEFAULT_PACK_BYTES, PackBuilder, type PackForward, packKey, parsePack, resolveLocation } from "./packs.ts";
 import { symlinkStaysInside } from "./paths.ts";
+import { loadCheckpointManifest } from "./restore.ts";
 import { describeChange, type FileStamp, fsIssue, openVerified, sameStamp, stampOf, type TreeEntry, walkTree } from "./walk.ts";
 
 export interface CheckpointOptions {
   limits?: Partial<CheckpointLimits>;
   chunking?: ChunkParams;
-  /** Files processed in parallel (each also keeps a few chunk uploads in flight). */
+  /** Files processed in parallel. */
   concurrency?: number;
   symlinks?: SymlinkPolicy;
   /**
-   * Re-read chunks that already exist and re-upload any whose bytes do not
-   * match their key (repairs a damaged store). Off by default: restore
-   * verifies every byte anyway, and reading back is what incremental avoids.
+   * Read the packs holding reused chunks and pack again any chunk whose bytes
+   * do not match (repairs a damaged store). Off by default: restore verifies
+   * every byte anyway, and reading back is what incremental avoids.
    */
   verifyExisting?: boolean;
   /** Test seam: runs after a file's bytes are read and before it is re-checked. */
@@ -45,9 +48,17 @@ export interface CheckpointOptions {
    * The previous checkpoint's cache (host-side, never from the sandbox). A
    * file whose inode, size, mtime and ctime are unchanged is taken from it
    * without being read; ctime cannot be set from user space, so a rewrite
-   * always shows. Without a cache every file is read (same result, slower).
+   * always shows. Its chunk locations also let read files reuse stored chunks.
+   * Without a cache every file is read (same result, slower).
    */
   cache?: CheckpointCache;
+  /**
+   * A stored checkpoint (e.g. the one the workspace was restored from) whose
+   * chunks may be reused: without it or a cache, every chunk is packed anew.
+   */
+  base?: string | undefined;
+  /** Packs are sealed once they hold this many bytes (default 16 MiB). */
+  packBytes?: number;
   /**
    * Files whose ctime falls within this window before the checkpoint started
    * are not trusted by the next cache: filesystem timestamps are coarse, so a
@@ -61,7 +72,7 @@ export interface CheckpointCache {
   chunking: ChunkParams;
   /** Stamps with a ctime at or after this are never trusted. */
   trustBeforeNs: bigint;
-  files: Map<string, { stamp: FileStamp; sha256: string; chunks: ChunkRef[] }>;
+  files: Map<string, { stamp: FileStamp; chunks: ChunkRef[] }>;
 }
 
 export interface CheckpointStats {
@@ -74,6 +85,8 @@ export interface CheckpointStats {
   uploadedBytes: number;
   reusedChunks: number;
   reusedBytes: number;
+  /** Pack objects written (each one durable write). */
+  packs: number;
   /** Files taken from the cache without being read. */
   cachedFiles: number;
   manifestBytes: number;
@@ -83,9 +96,8 @@ export type CheckpointResult =
   | { ok: true; id: string; manifestKey: string; stats: CheckpointStats; cache: CheckpointCache }
   | { ok: false; error: Issue; issues: Issue[] };
 
-const CHUNK_WINDOW = 4;
-
 type FileEntry = Extract<TreeEntry, { type: "file" }>;
+type StoredFile = Extract<CheckpointEntry, { type: "file" }>;
 
 export async function createCheckpoint(store: BlobStore, root: string, opts: CheckpointOptions = {}): Promise<CheckpointResult> {
   const limits = { ...DEFAULT_CHECKPOINT_LIMITS, ...opts.limits };
@@ -97,23 +109,29 @@ export async function createCheckpoint(store: BlobStore, root: string, opts: Che
   const issues = [...walked.issues, ...symlinkIssues(walked.entries, limits, opts.symlinks ?? "contained")];
   if (issues.length > 0) return { ok: false, error: issues[0]!, issues };
 
-  const uploader = new ChunkUploader(store, opts.verifyExisting ?? false);
+  const writer = new PackWriter(store, opts.packBytes ?? DEFAULT_PACK_BYTES, chunking.max, opts.verifyExisting ?? false);
   const files = walked.entries.filter((e): e is FileEntry => e.type === "file");
-  const stored = new Map<string, Extract<CheckpointEntry, { type: "file" }>>();
+  const stored = new Map<string, StoredFile>();
   let cachedFiles = 0;
   try {
+    const sameChunking = opts.cache && sameParams(opts.cache.chunking, chunking);
+    if (sameChunking) for (const f of opts.cache!.files.values()) writer.learn(f.chunks);
+    if (opts.base !== undefined) await learnBase(store, opts.base, chunking, writer);
     await forEachLimit(files, opts.concurrency ?? DEFAULT_CONCURRENCY, async (entry) => {
-      // A cached chunk list is used only if its chunks are still stored (GC may have swept an
-      // unpublished candidate's chunks); otherwise the file is simply read again.
-      const hit = cacheHit(opts.cache, entry, chunking);
-      if (hit && (await uploader.allPresent(hit.chunks))) {
+      // A cached chunk list is used only if its packs are still stored (GC may have swept an
+      // unpublished candidate's packs); otherwise the file is simply read again.
+      const hit = sameChunking ? cacheHit(opts.cache!, entry) : undefined;
+      const chunks = hit ? await writer.reuseAll(hit.chunks) : null;
+      if (chunks) {
         cachedFiles++;
-        stored.set(entry.path, fromCache(entry, hit, uploader));
+        stored.set(entry.path, { type: "file", path: entry.path, mode: entry.mode, size: entry.size, chunks });
       } else {
-        stored.set(entry.path, await storeFile(walked.root, entry, chunking, uploader, opts.afterFileRead));
+        stored.set(entry.path, await storeFile(walked.root, entry, chunking, writer, opts.afterFileRead));
       }
     });
+    await writer.finish();
   } catch (err) {
+    await writer.settle();
     const failure = toIssue(err, "store_error");
     return { ok: false, error: failure, issues: [failure] };
   }
@@ -129,9 +147,9 @@ export async function createCheckpoint(store: BlobStore, root: string, opts: Che
   const manifestKey = checkpointManifestKey(id);
   try {
     await putImmutable(store, manifestKey, bytes);
-    // A GC sweep may have deleted a chunk we skipped as "already there" before
-    // our manifest existed to protect it; catch that here rather than at restore.
-    await uploader.confirmReused();
+    // A GC sweep may have deleted a pack we reused before our manifest existed
+    // to protect it; catch that here rather than at restore.
+    await writer.confirmReused();
   } catch (err) {
     const failure = toIssue(err, "store_error");
     return { ok: false, error: failure, issues: [failure] };
@@ -142,7 +160,7 @@ export async function createCheckpoint(store: BlobStore, root: string, opts: Che
     files: list.length,
     bytes: list.reduce((n, f) => n + f.size, 0),
     chunks: list.reduce((n, f) => n + f.chunks.length, 0),
-    ...uploader.stats,
+    ...writer.stats,
     cachedFiles,
     manifestBytes: bytes.length,
   };
@@ -150,29 +168,31 @@ export async function createCheckpoint(store: BlobStore, root: string, opts: Che
   return { ok: true, id, manifestKey, stats, cache: nextCache(files, stored, chunking, trustBeforeNs) };
 }
 
-function nextCache(
-  files: FileEntry[],
-  stored: Map<string, { sha256: string; chunks: ChunkRef[] }>,
-  chunking: ChunkParams,
-  trustBeforeNs: bigint,
-) {
+function sameParams(a: ChunkParams, b: ChunkParams): boolean {
+  return a.min === b.min && a.avg === b.avg && a.max === b.max;
+}
+
+/** Chunk locations of a stored v2 checkpoint made with the same chunking; anything else is simply not reused. */
+async function learnBase(store: BlobStore, id: string, chunking: ChunkParams, writer: PackWriter): Promise<void> {
+  const loaded = await loadCheckpointManifest(store, id, { symlinks: "any" });
+  if (!loaded.ok) {
+    if (loaded.error.code === "store_error") throw new IssueError(loaded.error);
+    return;
+  }
+  if (!sameParams(loaded.manifest.chunking, chunking)) return;
+  for (const e of loaded.manifest.entries) if (e.type === "file") writer.learn(e.chunks);
+}
+
+function nextCache(files: FileEntry[], stored: Map<string, StoredFile>, chunking: ChunkParams, trustBeforeNs: bigint) {
   const cache: CheckpointCache = { chunking, trustBeforeNs, files: new Map() };
   for (const f of files) {
     const m = stored.get(f.path);
-    if (m) cache.files.set(f.path, { stamp: f.stamp, sha256: m.sha256, chunks: m.chunks });
+    if (m) cache.files.set(f.path, { stamp: f.stamp, chunks: m.chunks });
   }
   return cache;
 }
 
-function fromCache(entry: FileEntry, hit: { sha256: string; chunks: ChunkRef[] }, uploader: ChunkUploader) {
-  uploader.adopt(hit.chunks);
-  return { type: "file" as const, path: entry.path, mode: entry.mode, size: entry.size, sha256: hit.sha256, chunks: hit.chunks };
-}
-
-function cacheHit(cache: CheckpointCache | undefined, entry: FileEntry, chunking: ChunkParams) {
-  if (!cache || cache.chunking.min !== chunking.min || cache.chunking.avg !== chunking.avg || cache.chunking.max !== chunking.max) {
-    return undefined;
-  }
+function cacheHit(cache: CheckpointCache, entry: FileEntry) {
   const hit = cache.files.get(entry.path);
   if (!hit || !sameStamp(hit.stamp, entry.stamp) || hit.stamp.ctimeNs >= cache.trustBeforeNs) return undefined;
   return hit;
@@ -208,71 +228,156 @@ export async function putImmutable(store: BlobStore, key: string, bytes: Uint8Ar
   return "written";
 }
 
-/** Deduplicates chunk uploads within a run and against the store. */
-class ChunkUploader {
-  readonly stats = { uploadedChunks: 0, uploadedBytes: 0, reusedChunks: 0, reusedBytes: 0 };
-  private readonly inflight = new Map<string, Promise<void>>();
-  private readonly reused = new Set<string>();
+/** Seals written at once; more wait, which bounds memory to a few packs. */
+const SEALS_IN_FLIGHT = 2;
+
+/**
+ * Packs new chunks and remembers where every known chunk lives. Chunks are
+ * copied into the open pack synchronously, so files processed in parallel
+ * interleave freely; a full pack is sealed and written in the background.
+ * A chunk's location gets its pack id when its pack is sealed, before the
+ * manifest is serialized.
+ */
+class PackWriter {
+  readonly stats = { uploadedChunks: 0, uploadedBytes: 0, reusedChunks: 0, reusedBytes: 0, packs: 0 };
+  /** Chunks already in stored packs (not yet checked), by hash. */
+  private readonly learned = new Map<string, ChunkRef>();
+  /** Chunks this run will reference, by hash: checked stored locations or chunks in this run's packs. */
+  private readonly placed = new Map<string, ChunkRef>();
+  /** Reused chunk hashes by the pack they were found in, confirmed again once the manifest exists. */
+  private readonly reusedPacks = new Map<string, Set<string>>();
+  private readonly packChecks = new Map<string, Promise<Set<string> | "present" | null>>();
+  private readonly forwards = new Map<string, Promise<PackForward | null>>();
+  private open: { builder: PackBuilder; refs: ChunkRef[] } | null = null;
+  private readonly seals: Promise<void>[] = [];
+  private failure: unknown = null;
 
   constructor(
     private readonly store: BlobStore,
+    private readonly packBytes: number,
+    private readonly maxChunk: number,
     private readonly verifyExisting: boolean,
   ) {}
 
-  ensure(sha256: string, data: Buffer): Promise<void> {
-    let p = this.inflight.get(sha256);
-    if (!p) {
-      p = this.upload(sha256, data);
-      this.inflight.set(sha256, p);
-    }
-    return p;
+  learn(chunks: readonly ChunkRef[]): void {
+    for (const c of chunks) if (c.pack !== undefined && !this.learned.has(c.sha256)) this.learned.set(c.sha256, c);
   }
 
-  private async upload(sha256: string, data: Buffer): Promise<void> {
-    const key = chunkKey(sha256);
-    try {
-      if (await this.existsIntact(key, sha256)) {
-        this.stats.reusedChunks++;
-        this.stats.reusedBytes += data.length;
-        this.reused.add(key);
-        return;
-      }
-      await this.store.put(key, data);
-    } catch (err) {
-      throw new IssueError(toIssue(err, "store_error"));
-    }
+  /** The reference for `data`: a stored copy when one is known and present, else a new place in the open pack. */
+  async place(sha256: string, data: Buffer): Promise<ChunkRef> {
+    const known = this.placed.get(sha256) ?? (await this.reuse(this.learned.get(sha256)));
+    if (known) return known;
+    // Placed while we awaited the check above.
+    const raced = this.placed.get(sha256);
+    if (raced) return raced;
+    if (this.failure) throw this.failure;
+    if (!this.open) this.open = { builder: new PackBuilder(this.packBytes + this.maxChunk), refs: [] };
+    const ref: ChunkRef = { sha256, size: data.length, pack: "", offset: this.open.builder.add(sha256, data) };
+    this.open.refs.push(ref);
+    this.placed.set(sha256, ref);
     this.stats.uploadedChunks++;
     this.stats.uploadedBytes += data.length;
+    if (this.open.builder.bytes >= this.packBytes) await this.seal();
+    return ref;
   }
 
-  private async existsIntact(key: string, sha256: string): Promise<boolean> {
-    if (!this.verifyExisting) return this.store.exists(key);
-    const existing = await this.store.get(key);
-    return existing !== null && sha256Hex(existing) === sha256;
+  /** All of a cached file's chunks at their current locations, or `null` if any is gone. */
+  async reuseAll(chunks: readonly ChunkRef[]): Promise<ChunkRef[] | null> {
+    const out: ChunkRef[] = [];
+    for (const c of chunks) {
+      const ref = this.placed.get(c.sha256) ?? (await this.reuse(c));
+      if (!ref) return null;
+      out.push(ref);
+    }
+    return out;
   }
 
-  async allPresent(chunks: ChunkRef[]): Promise<boolean> {
+  private async reuse(c: ChunkRef | undefined): Promise<ChunkRef | null> {
+    if (!c?.pack) return null;
+    let found: ChunkLocation;
     try {
-      for (const c of chunks) if (!(await this.store.exists(chunkKey(c.sha256)))) return false;
-      return true;
+      found = (await resolveLocation(this.store, c as ChunkLocation, (p) => this.packPresent(p, c.sha256), this.forwards)).loc;
     } catch (err) {
+      if (err instanceof IssueError && err.issue.code === "chunk_missing") return null;
       throw new IssueError(toIssue(err, "store_error"));
     }
+    const ref = this.placed.get(found.sha256) ?? found;
+    this.placed.set(found.sha256, ref);
+    getOrMake(this.reusedPacks, found.pack, () => new Set<string>()).add(found.sha256);
+    this.stats.reusedChunks++;
+    this.stats.reusedBytes += found.size;
+    return ref;
   }
 
-  /** Chunks referenced from the cache count as reused, and are confirmed like any other. */
-  adopt(chunks: ChunkRef[]): void {
-    for (const c of chunks) {
-      this.stats.reusedChunks++;
-      this.stats.reusedBytes += c.size;
-      this.reused.add(chunkKey(c.sha256));
+  /** Whether `pack` holds `sha256`: existence, or with `verifyExisting` the chunk's bytes proven once per pack. */
+  private async packPresent(pack: string, sha256: string): Promise<boolean> {
+    let check = this.packChecks.get(pack);
+    if (!check) {
+      check = this.verifyExisting ? this.verifiedChunks(pack) : this.store.exists(packKey(pack)).then((ok) => (ok ? "present" : null));
+      this.packChecks.set(pack, check);
     }
+    const result = await check;
+    return result === "present" || (result?.has(sha256) ?? false);
   }
 
+  private async verifiedChunks(pack: string): Promise<Set<string> | null> {
+    const bytes = await this.store.get(packKey(pack));
+    if (bytes === null) return null;
+    const good = new Set<string>();
+    try {
+      for (const c of parsePack(pack, bytes).chunks) {
+        if (sha256Hex(bytes.subarray(c.offset, c.offset + c.size)) === c.sha256) good.add(c.sha256);
+      }
+    } catch {
+      // A pack whose index is damaged offers nothing; its chunks are packed again.
+    }
+    return good;
+  }
+
+  private async seal(): Promise<void> {
+    const open = this.open!;
+    this.open = null;
+    const sealed = open.builder.seal();
+    for (const r of open.refs) r.pack = sealed.id;
+    this.stats.packs++;
+    const write = putImmutable(this.store, packKey(sealed.id), sealed.bytes).then(
+      () => undefined,
+      (err) => {
+        this.failure ??= new IssueError(toIssue(err, "store_error"));
+      },
+    );
+    this.seals.push(write);
+    if (this.seals.length >= SEALS_IN_FLIGHT) await this.seals.shift();
+    if (this.failure) throw this.failure;
+  }
+
+  /** Seals the last pack and waits until every pack is durable. */
+  async finish(): Promise<void> {
+    if (this.open && this.open.refs.length > 0) await this.seal();
+    await this.settle();
+    if (this.failure) throw this.failure;
+  }
+
+  /** Waits for writes still in flight, so nothing writes after the caller has returned. */
+  async settle(): Promise<void> {
+    await Promise.all(this.seals.splice(0));
+  }
+
+  /** Every reused chunk must still be reachable: in its pack, or through the forward GC left when it repacked. */
   async confirmReused(): Promise<void> {
-    await forEachLimit([...this.reused], 16, async (key) => {
-      if (!(await this.store.exists(key))) {
-        throw issue("chunk_vanished", "", `chunk ${key} was deleted during the checkpoint; retry it`);
+    const forwards = new Map<string, Promise<PackForward | null>>();
+    const exists = (pack: string) => this.store.exists(packKey(pack));
+    await forEachLimit([...this.reusedPacks], 16, async ([pack, shas]) => {
+      if (await exists(pack)) return;
+      for (const sha256 of shas) {
+        const ref = this.placed.get(sha256)!;
+        await resolveLocation(this.store, ref as ChunkLocation, exists, forwards).catch((err) => {
+          throw issue(
+            "chunk_vanished",
+            "",
+            `pack ${pack} was deleted during the checkpoint (${toIssue(err, "store_error").message}); retry it`,
+          );
+        });
       }
     });
   }
@@ -282,31 +387,23 @@ async function storeFile(
   root: string,
   entry: FileEntry,
   chunking: ChunkParams,
-  uploader: ChunkUploader,
+  writer: PackWriter,
   afterRead: CheckpointOptions["afterFileRead"],
-): Promise<Extract<CheckpointEntry, { type: "file" }>> {
+): Promise<StoredFile> {
   const fh = await openVerified(root, entry);
   try {
-    const fileHash = new FileDigest();
     const chunks: ChunkRef[] = [];
-    const pending: Promise<void>[] = [];
     const counter = { read: 0 };
-    for await (const chunk of chunkStream(boundedReader(fh, entry.size, counter), chunking, entry.size)) {
-      const sha256 = sha256Hex(chunk);
-      fileHash.add(chunk, sha256);
-      chunks.push({ sha256, size: chunk.length });
-      const p = uploader.ensure(sha256, chunk);
-      p.catch(() => undefined); // awaited below; this only keeps an early failure from being "unhandled"
-      pending.push(p);
-      if (pending.length >= CHUNK_WINDOW) await pending.shift();
+    // Views, not copies: `place` copies a new chunk into the open pack before the next one is read.
+    for await (const chunk of chunkStream(boundedReader(fh, entry.size, counter), chunking, entry.size, false)) {
+      chunks.push(await writer.place(sha256Hex(chunk), chunk));
     }
-    await Promise.all(pending);
     await afterRead?.(entry.path);
     // Growth, truncation and rewrites all change the stamp (size or kernel-set ctime).
     const after = stampOf(await fh.stat({ bigint: true }));
     if (!sameStamp(entry.stamp, after)) throw issue("changed", entry.path, describeChange(entry.stamp, after));
     if (counter.read !== entry.size) throw issue("changed", entry.path, `read ${counter.read} of ${entry.size} bytes`);
-    return { type: "file", path: entry.path, mode: entry.mode, size: entry.size, sha256: fileHash.digest(), chunks };
+    return { type: "file", path: entry.path, mode: entry.mode, size: entry.size, chunks };
   } catch (err) {
     if (err instanceof IssueError) throw err;
     throw new IssueError(fsIssue(entry.path, err));

@@ -97,9 +97,17 @@ export type ReadInto = (buf: Uint8Array, offset: number, length: number) => Prom
 
 /**
  * Chunks a stream with a bounded buffer (4 x max), so a multi-gigabyte file
- * never has to fit in memory. Each yielded chunk is a fresh copy the caller may keep.
+ * never has to fit in memory. Each yielded chunk is a fresh copy the caller
+ * may keep, unless `copy` is false: then it is a view of the buffer, valid
+ * only until the next chunk is asked for (the checkpoint writer copies it
+ * into a pack at once, so a second copy would be wasted work).
  */
-export async function* chunkStream(read: ReadInto, p: ChunkParams = DEFAULT_CHUNKING, sizeHint?: number): AsyncGenerator<Buffer> {
+export async function* chunkStream(
+  read: ReadInto,
+  p: ChunkParams = DEFAULT_CHUNKING,
+  sizeHint?: number,
+  copy = true,
+): AsyncGenerator<Buffer> {
   // Small files get a small buffer: a 1 MiB allocation per 2 KB file dominates a many-file checkpoint.
   // A hint that turns out too small still yields correct chunks, just not content-defined ones.
   const full = Math.max(p.max * 4, 1 << 20);
@@ -122,7 +130,8 @@ export async function* chunkStream(read: ReadInto, p: ChunkParams = DEFAULT_CHUN
     }
     if (start === end) return;
     const len = findCut(buf, start, end, p);
-    yield Buffer.from(buf.subarray(start, start + len));
+    const view = buf.subarray(start, start + len);
+    yield copy ? Buffer.from(view) : view;
     start += len;
   }
 }

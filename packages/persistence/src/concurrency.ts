@@ -35,3 +35,13 @@ export async function forEachLimit<T>(items: readonly T[], limit: number, fn: (i
   await Promise.all(Array.from({ length: n }, worker));
   if (failed) throw firstError;
 }
+
+/** The value under `key`, made on first use (grouping placements by pack, chunks by file or pack). */
+export function getOrMake<K, V>(map: Map<K, V>, key: K, make: () => V): V {
+  let value = map.get(key);
+  if (value === undefined) {
+    value = make();
+    map.set(key, value);
+  }
+  return value;
+}

@@ -4,8 +4,9 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { createCheckpoint } from "./checkpoint.ts";
 import { collectGarbage } from "./gc.ts";
 import { CountingBlobStore } from "./instrument.ts";
-import { CHUNK_PREFIX, checkpointManifestKey } from "./manifest.ts";
+import { checkpointManifestKey } from "./manifest.ts";
 import { collectOutputs, OUTPUT_BLOB_PREFIX } from "./outputs.ts";
+import { PACK_FORWARD_PREFIX, PACK_PREFIX } from "./packs.ts";
 import { restoreCheckpoint } from "./restore.ts";
 import { blobFile, flipByte, seededBytes, type TempDirs, tempDirs } from "./testkit.ts";
 
@@ -17,11 +18,11 @@ afterEach(async () => t.cleanup());
 
 const HOUR = 3_600_000;
 
-async function checkpointOf(files: Record<string, Buffer | string>): Promise<string> {
+async function checkpointOf(files: Record<string, Buffer | string>, base?: string): Promise<string> {
   const ws = t.path(`ws-${Math.random().toString(36).slice(2)}`);
   await mkdir(ws);
   for (const [name, data] of Object.entries(files)) await writeFile(join(ws, name), data);
-  const r = await createCheckpoint(t.store, ws);
+  const r = await createCheckpoint(t.store, ws, { base });
   if (!r.ok) throw new Error("checkpoint");
   return r.id;
 }
@@ -57,7 +58,8 @@ describe("garbage collection", () => {
     const deleted = r.report.deleted;
     expect(deleted).toContain(checkpointManifestKey(v1));
     expect(deleted).toContain(checkpointManifestKey(abandoned));
-    expect(deleted.filter((k) => k.startsWith(`${CHUNK_PREFIX}/`))).toHaveLength(2); // "old" and "abandoned"
+    expect(deleted.filter((k) => k.startsWith(`${PACK_PREFIX}/`))).toHaveLength(2); // v1's pack and the abandoned one
+    expect(r.report.repacked).toEqual([]);
     expect(deleted.filter((k) => k.startsWith(`${OUTPUT_BLOB_PREFIX}/`))).toHaveLength(1); // drop.txt
     expect(deleted.filter((k) => k.startsWith("session-outputs/manifests/"))).toHaveLength(1);
     expect(r.report.deletedBytes).toBeGreaterThan(80_000);
@@ -66,6 +68,41 @@ describe("garbage collection", () => {
     expect(await restoreCheckpoint(t.store, v1, t.path("r1"))).toMatchObject({ ok: false, error: { code: "manifest_missing" } });
     const again = await collectGarbage(t.store, { liveCheckpoints: [v2], liveOutputs: [liveOut], retentionMs: HOUR, now: Date.now() });
     expect(again).toMatchObject({ ok: true, report: { deleted: [] } });
+  });
+
+  it("repacks a pack live revisions use only partly, and every revision still restores through the forward", async () => {
+    const shared = seededBytes("shared", 100_000);
+    const v1 = await checkpointOf({ shared, old: seededBytes("old", 300_000) });
+    // v2 reuses `shared` from v1's pack: once v1 is gone, a quarter of that pack is live.
+    const v2 = await checkpointOf({ shared, fresh: seededBytes("fresh", 50_000) }, v1);
+    await ageEverything(2 * HOUR);
+    const gc = (store = t.store) => collectGarbage(store, { liveCheckpoints: [v2], liveOutputs: [], retentionMs: HOUR, now: Date.now() });
+
+    // A crash between writing the new pack and its forward: the GC stops before the old pack is deleted, v2 restores.
+    const crashing = new CountingBlobStore(t.store);
+    crashing.put = async (key, data) => {
+      if (key.startsWith(`${PACK_FORWARD_PREFIX}/`)) throw new Error("killed");
+      await t.store.put(key, data);
+    };
+    expect(await gc(crashing)).toMatchObject({ ok: false, error: { code: "store_error" } });
+    expect((await t.store.list!(PACK_PREFIX)).length).toBe(3); // v1's, v2's and the unfinished new one
+    expect((await restoreCheckpoint(t.store, v2, t.path("r0"))).ok).toBe(true);
+
+    const r = await gc();
+    if (!r.ok) throw new Error(r.error.message);
+    expect(r.report.repacked).toHaveLength(1);
+    expect(r.report.deleted).toEqual(r.report.repacked);
+    expect(await restoreCheckpoint(t.store, v1, t.path("gone"))).toMatchObject({ ok: false, error: { code: "manifest_missing" } });
+    expect((await restoreCheckpoint(t.store, v2, t.path("r1"))).ok).toBe(true);
+    expect((await t.store.list!(PACK_FORWARD_PREFIX)).length).toBe(1);
+
+    // Later sweeps keep the forward and the new pack (v2 still needs both), and a new checkpoint
+    // based on v2 reuses `shared` at its new place and restores.
+    await ageEverything(2 * HOUR);
+    expect(await gc()).toMatchObject({ ok: true, report: { deleted: [], repacked: [] } });
+    const v3 = await checkpointOf({ shared, third: "3" }, v2);
+    expect((await restoreCheckpoint(t.store, v3, t.path("r3"))).ok).toBe(true);
+    expect((await restoreCheckpoint(t.store, v2, t.path("r2"))).ok).toBe(true);
   });
 
   it("keeps young objects and everything reachable from young unpublished manifests", async () => {

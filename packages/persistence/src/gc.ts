@@ -7,6 +7,13 @@
  * checkpoint still uploading). It fails closed: if a live manifest cannot be
  * read and verified, nothing is deleted, because its references are unknown.
  *
+ * Packs (ADR 0029) are marked chunk by chunk. A pack no retained manifest
+ * uses is deleted; a pack only partly used (less than half its chunk bytes)
+ * is repacked: its live chunks, each proven against its hash, are written to
+ * a new pack, then a forward from the old id to the new locations, and only
+ * then is the old pack deleted. Manifests never change, and a crash between
+ * any two of these steps leaves every chunk reachable.
+ *
  * Concurrency caveat: a checkpoint that found a chunk "already present" just
  * before the sweep deletes it would reference a missing chunk. The writer
  * re-checks reused chunks after writing its manifest (`chunk_vanished`), and
@@ -15,16 +22,29 @@
  */
 import type { BlobListing, BlobStore } from "@openma/storage/blobs";
 import { sha256Hex } from "@openma/storage/blobs";
+import { getOrMake } from "./concurrency.ts";
 import { type Issue, issue, toIssue } from "./issues.ts";
 import {
   CHECKPOINT_MANIFEST_PREFIX,
   CHUNK_PREFIX,
+  type ChunkRef,
   checkpointManifestKey,
   chunkKey,
   DEFAULT_CHECKPOINT_LIMITS,
   parseCheckpointManifest,
 } from "./manifest.ts";
 import { OUTPUT_BLOB_PREFIX, OUTPUT_MANIFEST_PREFIX, outputManifestKey, parseOutputManifest } from "./outputs.ts";
+import {
+  type ChunkLocation,
+  PACK_FORWARD_PREFIX,
+  PACK_PREFIX,
+  PackBuilder,
+  packForwardKey,
+  packKey,
+  parseForward,
+  parsePack,
+  serializeForward,
+} from "./packs.ts";
 import { HEX64 } from "./paths.ts";
 import { loadCheckpointManifest } from "./restore.ts";
 
@@ -38,6 +58,8 @@ export interface GcOptions {
   now: number;
   /** Report what would be deleted without deleting. */
   dryRun?: boolean;
+  /** A pack whose live chunks fill less than this share of it is rewritten; default 0.5. */
+  repackBelow?: number;
 }
 
 export interface GcReport {
@@ -46,13 +68,60 @@ export interface GcReport {
   keptYoung: number;
   deleted: string[];
   deletedBytes: number;
+  /** Packs rewritten into smaller ones (their keys are also in `deleted`). */
+  repacked: string[];
 }
 
 export type GcResult = { ok: true; report: GcReport } | { ok: false; error: Issue };
 
 type ListableStore = BlobStore & { list: NonNullable<BlobStore["list"]> };
 
-const PREFIXES = [CHECKPOINT_MANIFEST_PREFIX, CHUNK_PREFIX, OUTPUT_MANIFEST_PREFIX, OUTPUT_BLOB_PREFIX];
+const PREFIXES = [CHECKPOINT_MANIFEST_PREFIX, CHUNK_PREFIX, PACK_PREFIX, PACK_FORWARD_PREFIX, OUTPUT_MANIFEST_PREFIX, OUTPUT_BLOB_PREFIX];
+
+/**
+ * What marking found: whole keys to keep, and for packs the chunks still in
+ * use. A chunk in a pack that is gone is followed through the pack's forward.
+ */
+class Marks {
+  readonly keys = new Set<string>();
+  readonly liveChunks = new Map<string, Set<string>>();
+  private readonly forwards = new Map<string, Promise<Map<string, ChunkLocation> | null>>();
+
+  constructor(
+    private readonly store: BlobStore,
+    readonly present: Set<string>,
+  ) {}
+
+  async chunk(ref: ChunkRef): Promise<void> {
+    if (ref.pack === undefined) {
+      this.keys.add(chunkKey(ref.sha256));
+      return;
+    }
+    let at: ChunkLocation | undefined = ref as ChunkLocation;
+    for (let hop = 0; at && hop < 16; hop++) {
+      const key = packKey(at.pack);
+      if (this.present.has(key)) {
+        this.keys.add(key);
+        getOrMake(this.liveChunks, at.pack, () => new Set<string>()).add(at.sha256);
+        return;
+      }
+      const forward = await this.forward(at.pack);
+      if (!forward) return; // gone with no forward: nothing left to protect
+      this.keys.add(packForwardKey(at.pack));
+      at = forward.get(at.sha256);
+    }
+  }
+
+  private forward(pack: string): Promise<Map<string, ChunkLocation> | null> {
+    let p = this.forwards.get(pack);
+    if (!p) {
+      const key = packForwardKey(pack);
+      p = this.present.has(key) ? this.store.get(key).then((b) => (b === null ? null : parseForward(pack, b).to)) : Promise.resolve(null);
+      this.forwards.set(pack, p);
+    }
+    return p;
+  }
+}
 
 export async function collectGarbage(store: BlobStore, opts: GcOptions): Promise<GcResult> {
   if (typeof store.list !== "function") {
@@ -60,37 +129,69 @@ export async function collectGarbage(store: BlobStore, opts: GcOptions): Promise
   }
   const listable = store as ListableStore;
   const cutoff = opts.now - opts.retentionMs;
-  const marked = new Set<string>();
   try {
-    for (const id of opts.liveCheckpoints) await markLiveCheckpoint(store, id, marked);
-    for (const id of opts.liveOutputs) await markLiveOutputs(store, id, marked);
     const listings = (await Promise.all(PREFIXES.map((p) => listable.list(p)))).flat();
-    await markYoungManifests(store, listings, cutoff, marked);
-    const garbage = listings.filter((l) => !marked.has(l.key) && l.modifiedAt < cutoff);
+    const marks = new Marks(store, new Set(listings.map((l) => l.key)));
+    for (const id of opts.liveCheckpoints) await markLiveCheckpoint(store, id, marks);
+    for (const id of opts.liveOutputs) await markLiveOutputs(store, id, marks.keys);
+    await markYoungManifests(store, listings, cutoff, marks);
     // Manifests written while we were marking protect their references too.
     const lateManifests = (await Promise.all([CHECKPOINT_MANIFEST_PREFIX, OUTPUT_MANIFEST_PREFIX].map((p) => listable.list(p)))).flat();
-    await markYoungManifests(store, lateManifests, cutoff, marked);
+    await markYoungManifests(store, lateManifests, cutoff, marks);
     const deleted: string[] = [];
+    const repacked: string[] = [];
     let deletedBytes = 0;
-    for (const g of garbage) {
-      if (marked.has(g.key)) continue;
+    for (const g of listings) {
+      if (g.modifiedAt >= cutoff) continue;
+      if (marks.keys.has(g.key)) {
+        const pack = g.key.startsWith(`${PACK_PREFIX}/`) ? g.key.slice(g.key.lastIndexOf("/") + 1) : null;
+        if (pack === null || !(await repack(store, pack, marks.liveChunks.get(pack)!, opts))) continue;
+        repacked.push(g.key);
+      }
       if (!opts.dryRun) await store.delete(g.key);
       deleted.push(g.key);
       deletedBytes += g.size;
     }
-    const keptYoung = listings.filter((l) => !marked.has(l.key) && l.modifiedAt >= cutoff).length;
-    return { ok: true, report: { scanned: listings.length, marked: marked.size, keptYoung, deleted, deletedBytes } };
+    const keptYoung = listings.filter((l) => !marks.keys.has(l.key) && l.modifiedAt >= cutoff).length;
+    return { ok: true, report: { scanned: listings.length, marked: marks.keys.size, keptYoung, deleted, deletedBytes, repacked } };
   } catch (err) {
     return { ok: false, error: toIssue(err, "store_error") };
   }
 }
 
-async function markLiveCheckpoint(store: BlobStore, id: string, marked: Set<string>): Promise<void> {
+/**
+ * Rewrites `pack` if its live chunks fill less than the threshold. The new
+ * pack and the forward are durable before the caller deletes the old pack.
+ * Returns whether the old pack may now be deleted.
+ */
+async function repack(store: BlobStore, pack: string, live: Set<string>, opts: GcOptions): Promise<boolean> {
+  const bytes = await store.get(packKey(pack));
+  if (bytes === null) return false;
+  const parsed = parsePack(pack, bytes);
+  const total = parsed.chunks.reduce((n, c) => n + c.size, 0);
+  const kept = parsed.chunks.filter((c) => live.has(c.sha256));
+  const keptBytes = kept.reduce((n, c) => n + c.size, 0);
+  if (keptBytes >= total * (opts.repackBelow ?? 0.5)) return false;
+  if (opts.dryRun) return true;
+  const builder = new PackBuilder(keptBytes);
+  for (const c of kept) {
+    const data = bytes.subarray(c.offset, c.offset + c.size);
+    // A chunk already damaged is not copied: the forward omits it, so restore reports it missing, as it is.
+    if (sha256Hex(data) === c.sha256) builder.add(c.sha256, data);
+  }
+  const sealed = builder.seal();
+  await store.put(packKey(sealed.id), sealed.bytes);
+  const to = sealed.chunks.map((c) => ({ sha256: c.sha256, size: c.size, pack: sealed.id, offset: c.offset }));
+  await store.put(packForwardKey(pack), serializeForward(pack, to));
+  return true;
+}
+
+async function markLiveCheckpoint(store: BlobStore, id: string, marks: Marks): Promise<void> {
   // Symlink policy does not matter for marking; limits are the format's own.
   const loaded = await loadCheckpointManifest(store, id, { symlinks: "any" });
   if (!loaded.ok) throw issue(loaded.error.code, "", `live checkpoint ${id}: ${loaded.error.message}; refusing to sweep`);
-  marked.add(checkpointManifestKey(id));
-  for (const e of loaded.manifest.entries) if (e.type === "file") for (const c of e.chunks) marked.add(chunkKey(c.sha256));
+  marks.keys.add(checkpointManifestKey(id));
+  for (const e of loaded.manifest.entries) if (e.type === "file") for (const c of e.chunks) await marks.chunk(c);
 }
 
 async function markLiveOutputs(store: BlobStore, id: string, marked: Set<string>): Promise<void> {
@@ -106,7 +207,8 @@ async function markLiveOutputs(store: BlobStore, id: string, marked: Set<string>
 }
 
 /** Best effort: an unreadable young manifest cannot be restored anyway, so its references do not matter. */
-async function markYoungManifests(store: BlobStore, listings: BlobListing[], cutoff: number, marked: Set<string>): Promise<void> {
+async function markYoungManifests(store: BlobStore, listings: BlobListing[], cutoff: number, marks: Marks): Promise<void> {
+  const marked = marks.keys;
   for (const l of listings) {
     if (l.modifiedAt < cutoff || marked.has(l.key)) continue;
     const isCheckpoint = l.key.startsWith(`${CHECKPOINT_MANIFEST_PREFIX}/`);
@@ -115,8 +217,7 @@ async function markYoungManifests(store: BlobStore, listings: BlobListing[], cut
     if (bytes === null) continue;
     if (isCheckpoint) {
       const parsed = parseCheckpointManifest(bytes, DEFAULT_CHECKPOINT_LIMITS, "any");
-      if (parsed.ok)
-        for (const e of parsed.manifest.entries) if (e.type === "file") for (const c of e.chunks) marked.add(chunkKey(c.sha256));
+      if (parsed.ok) for (const e of parsed.manifest.entries) if (e.type === "file") for (const c of e.chunks) await marks.chunk(c);
     } else {
       const parsed = parseOutputManifest(bytes);
       if (parsed.ok) for (const e of parsed.manifest.entries) marked.add(e.blobKey);

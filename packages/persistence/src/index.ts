@@ -8,6 +8,7 @@ export * from "./issues.ts";
 export * from "./manifest.ts";
 export * from "./mime.ts";
 export * from "./outputs.ts";
+export * from "./packs.ts";
 export * from "./paths.ts";
 export * from "./restore.ts";
 export * from "./walk.ts";

@@ -75,7 +75,8 @@ describe("hostile checkpoint manifests are rejected before anything is written",
     expectRejected([{ ...file("x"), size: 2 ** 30, chunks: [{ sha256: payloadSha, size: 2 ** 30 }] }], /invalid chunk size/));
   it("unknown entry types", () => expectRejected([{ type: "device", path: "d" }], /unknown entry type/));
   it("unknown formats and chunkers", async () => {
-    await expectRejected([], /unsupported manifest format/, { version: 2 });
+    await expectRejected([], /unsupported manifest format/, { version: 3 });
+    await expectRejected([], /packs must be an array/, { version: 2 });
     await expectRejected([], /unsupported chunking/, { chunking: { algorithm: "rabin", ...DEFAULT_CHUNKING } });
   });
 

@@ -10,23 +10,34 @@ import { ancestors, checkLogicalPath, HEX64, symlinkStaysInside } from "./paths.
 import type { WalkLimits } from "./walk.ts";
 
 export const CHECKPOINT_FORMAT = "openma.workspace-checkpoint";
-export const CHECKPOINT_VERSION = 1;
+/** Written today: chunks live in packs (ADR 0029). Version 1 (one blob per chunk) is still read. */
+export const CHECKPOINT_VERSION = 2;
+export const LEGACY_CHECKPOINT_VERSION = 1;
+/** A v2 manifest may name at most this many packs (a hostile manifest cannot demand unbounded lookups). */
+const MAX_PACKS = 1_000_000;
 export const CHUNK_PREFIX = "checkpoint/chunks";
 export const CHECKPOINT_MANIFEST_PREFIX = "checkpoint/manifests";
 
+/** A chunk of a file, in order. In v2 manifests it also says where it lives: `pack` and `offset`. */
 export interface ChunkRef {
   sha256: string;
   size: number;
+  pack?: string;
+  offset?: number;
 }
 
 export type CheckpointEntry =
   | { type: "dir"; path: string; mode: number }
-  | { type: "file"; path: string; mode: number; size: number; sha256: string; chunks: ChunkRef[] }
+  /**
+   * `sha256` (whole file) is in v1 only: in v2 the ordered chunk hashes in the
+   * hash-checked manifest already pin every byte, so files are not hashed twice.
+   */
+  | { type: "file"; path: string; mode: number; size: number; sha256?: string; chunks: ChunkRef[] }
   | { type: "symlink"; path: string; target: string };
 
 export interface CheckpointManifest {
   format: typeof CHECKPOINT_FORMAT;
-  version: typeof CHECKPOINT_VERSION;
+  version: typeof CHECKPOINT_VERSION | typeof LEGACY_CHECKPOINT_VERSION;
   chunking: { algorithm: typeof CHUNKING_ALGORITHM } & ChunkParams;
   /** Sorted by path; parents are always listed explicitly as `dir` entries. */
   entries: CheckpointEntry[];
@@ -62,8 +73,35 @@ export function checkpointManifestKey(id: string): string {
   return `${CHECKPOINT_MANIFEST_PREFIX}/${id.slice(0, 2)}/${id}`;
 }
 
+/**
+ * v1 is written as it is held. v2 stores packs once in a table and each chunk
+ * as a compact `[sha256, size, pack index, offset]` tuple.
+ */
 export function serializeManifest(m: CheckpointManifest): Buffer {
-  return Buffer.from(`${JSON.stringify(m)}\n`);
+  if (m.version === LEGACY_CHECKPOINT_VERSION) return Buffer.from(`${JSON.stringify(m)}\n`);
+  const packs: string[] = [];
+  const slot = new Map<string, number>();
+  const slotOf = (pack: string | undefined) => {
+    if (pack === undefined) throw new Error("a v2 chunk reference needs a pack");
+    let i = slot.get(pack);
+    if (i === undefined) {
+      i = packs.push(pack) - 1;
+      slot.set(pack, i);
+    }
+    return i;
+  };
+  const entries = m.entries.map((e) =>
+    e.type === "file"
+      ? {
+          type: e.type,
+          path: e.path,
+          mode: e.mode,
+          size: e.size,
+          chunks: e.chunks.map((c) => [c.sha256, c.size, slotOf(c.pack), c.offset]),
+        }
+      : e,
+  );
+  return Buffer.from(`${JSON.stringify({ format: m.format, version: m.version, chunking: m.chunking, packs, entries })}\n`);
 }
 
 export type ParseResult = { ok: true; manifest: CheckpointManifest } | { ok: false; message: string };
@@ -78,7 +116,7 @@ export function parseCheckpointManifest(bytes: Uint8Array, limits: CheckpointLim
   }
   const m = doc as Partial<CheckpointManifest> | null;
   if (!m || typeof m !== "object") return { ok: false, message: "manifest is not an object" };
-  if (m.format !== CHECKPOINT_FORMAT || m.version !== CHECKPOINT_VERSION) {
+  if (m.format !== CHECKPOINT_FORMAT || (m.version !== CHECKPOINT_VERSION && m.version !== LEGACY_CHECKPOINT_VERSION)) {
     return { ok: false, message: `unsupported manifest format ${String(m.format)} v${String(m.version)}` };
   }
   const c = m.chunking;
@@ -87,16 +125,27 @@ export function parseCheckpointManifest(bytes: Uint8Array, limits: CheckpointLim
   if (badChunking) return { ok: false, message: `chunking: ${badChunking}` };
   if (!Array.isArray(m.entries)) return { ok: false, message: "entries must be an array" };
   if (m.entries.length > limits.maxEntries) return { ok: false, message: `more than ${limits.maxEntries} entries` };
-  const problem = validateEntries(m.entries, c.max, limits, policy);
+  if (m.version === CHECKPOINT_VERSION) {
+    const unpacked = unpackV2(m as Partial<CheckpointManifest> & { packs?: unknown });
+    if (typeof unpacked === "string") return { ok: false, message: unpacked };
+    m.entries = unpacked;
+  }
+  const problem = validateEntries(m.entries, c.max, limits, policy, m.version === LEGACY_CHECKPOINT_VERSION);
   return problem ? { ok: false, message: problem } : { ok: true, manifest: m as CheckpointManifest };
 }
 
-function validateEntries(entries: unknown[], maxChunk: number, limits: CheckpointLimits, policy: SymlinkPolicy): string | null {
+function validateEntries(
+  entries: unknown[],
+  maxChunk: number,
+  limits: CheckpointLimits,
+  policy: SymlinkPolicy,
+  fileHashes: boolean,
+): string | null {
   const kinds = new Map<string, CheckpointEntry["type"]>();
   const links = new Map<string, string>();
   let total = 0;
   for (const raw of entries) {
-    const bad = validateEntry(raw, maxChunk, limits);
+    const bad = validateEntry(raw, maxChunk, limits, fileHashes);
     if (bad) return bad;
     const e = raw as CheckpointEntry;
     if (kinds.has(e.path)) return `duplicate path ${e.path}`;
@@ -122,6 +171,33 @@ function validateEntries(entries: unknown[], maxChunk: number, limits: Checkpoin
   return null;
 }
 
+/** Turns v2's compact chunk tuples back into located `ChunkRef`s, refusing any that do not fit. */
+function unpackV2(m: { packs?: unknown; entries?: unknown[] }): CheckpointEntry[] | string {
+  const packs = m.packs;
+  if (!Array.isArray(packs) || packs.length > MAX_PACKS) return "packs must be an array";
+  if (!packs.every((p) => typeof p === "string" && HEX64.test(p))) return "invalid pack id";
+  if (new Set(packs).size !== packs.length) return "duplicate pack id";
+  const out: CheckpointEntry[] = [];
+  for (const raw of m.entries as unknown[]) {
+    const e = raw as Record<string, unknown> | null;
+    if (e?.type !== "file") {
+      out.push(raw as CheckpointEntry);
+      continue;
+    }
+    if ("sha256" in e) return `${String(e.path)}: v2 file entries carry no whole-file sha256`;
+    if (!Array.isArray(e.chunks)) return `${String(e.path)}: chunks must be an array`;
+    const chunks: ChunkRef[] = [];
+    for (const t of e.chunks as unknown[]) {
+      const [sha256, size, slot, offset] = Array.isArray(t) && t.length === 4 ? t : [];
+      const pack = Number.isSafeInteger(slot) ? (packs[slot as number] as string | undefined) : undefined;
+      if (pack === undefined || !isSize(offset, Number.MAX_SAFE_INTEGER)) return `${String(e.path)}: invalid chunk location`;
+      chunks.push({ sha256: sha256 as string, size: size as number, pack, offset });
+    }
+    out.push({ ...(e as object), chunks } as CheckpointEntry);
+  }
+  return out;
+}
+
 function isMode(v: unknown): v is number {
   return Number.isInteger(v) && (v as number) >= 0 && (v as number) <= 0o777;
 }
@@ -130,7 +206,7 @@ function isSize(v: unknown, max: number): v is number {
   return Number.isSafeInteger(v) && (v as number) >= 0 && (v as number) <= max;
 }
 
-function validateEntry(raw: unknown, maxChunk: number, limits: CheckpointLimits): string | null {
+function validateEntry(raw: unknown, maxChunk: number, limits: CheckpointLimits, fileHashes: boolean): string | null {
   if (!raw || typeof raw !== "object") return "entry is not an object";
   const e = raw as Record<string, unknown>;
   const badPath = checkLogicalPath(e.path, limits);
@@ -146,17 +222,17 @@ function validateEntry(raw: unknown, maxChunk: number, limits: CheckpointLimits)
       return null;
     }
     case "file":
-      return validateFileEntry(e, maxChunk, limits);
+      return validateFileEntry(e, maxChunk, limits, fileHashes);
     default:
       return `${where} unknown entry type ${String(e.type)}`;
   }
 }
 
-function validateFileEntry(e: Record<string, unknown>, maxChunk: number, limits: CheckpointLimits): string | null {
+function validateFileEntry(e: Record<string, unknown>, maxChunk: number, limits: CheckpointLimits, fileHash: boolean): string | null {
   const where = `${e.path as string}:`;
   if (!isMode(e.mode)) return `${where} invalid mode`;
   if (!isSize(e.size, limits.maxFileBytes)) return `${where} invalid or oversized file size`;
-  if (typeof e.sha256 !== "string" || !HEX64.test(e.sha256)) return `${where} invalid sha256`;
+  if (fileHash && (typeof e.sha256 !== "string" || !HEX64.test(e.sha256))) return `${where} invalid sha256`;
   if (!Array.isArray(e.chunks)) return `${where} chunks must be an array`;
   let sum = 0;
   for (const c of e.chunks as unknown[]) {

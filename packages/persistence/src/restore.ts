@@ -13,7 +13,7 @@ import { constants } from "node:fs";
 import { chmod, type FileHandle, lstat, mkdir, mkdtemp, open, rename, rm, symlink } from "node:fs/promises";
 import { basename, dirname, join, resolve } from "node:path";
 import { type BlobStore, sha256Hex } from "@openma/storage/blobs";
-import { DEFAULT_CONCURRENCY, forEachLimit } from "./concurrency.ts";
+import { DEFAULT_CONCURRENCY, forEachLimit, getOrMake } from "./concurrency.ts";
 import { FileDigest } from "./digest.ts";
 import { type Issue, type IssueCode, IssueError, issue, toIssue } from "./issues.ts";
 import {
@@ -24,9 +24,11 @@ import {
   checkpointManifestKey,
   chunkKey,
   DEFAULT_CHECKPOINT_LIMITS,
+  LEGACY_CHECKPOINT_VERSION,
   parseCheckpointManifest,
   type SymlinkPolicy,
 } from "./manifest.ts";
+import { type ChunkLocation, chunkFromPack, type PackForward, packKey, resolveLocation } from "./packs.ts";
 import { HEX64 } from "./paths.ts";
 
 export interface RestoreOptions {
@@ -152,7 +154,8 @@ async function materialize(store: BlobStore, manifest: CheckpointManifest, stagi
   dirs.sort((a, b) => depth(a.path) - depth(b.path));
   for (const d of dirs) await mkdir(join(staging, d.path), { mode: 0o700 });
   const files = manifest.entries.filter((e) => e.type === "file");
-  await forEachLimit(files, concurrency, (f) => writeVerifiedFile(store, staging, f));
+  if (manifest.version === LEGACY_CHECKPOINT_VERSION) await forEachLimit(files, concurrency, (f) => writeVerifiedFile(store, staging, f));
+  else await writePackedFiles(store, files, staging, concurrency);
   for (const e of manifest.entries) if (e.type === "symlink") await symlink(e.target, join(staging, e.path));
   for (const d of dirs.reverse()) await chmod(join(staging, d.path), d.mode);
 }
@@ -183,6 +186,121 @@ async function writeVerifiedFile(store: BlobStore, staging: string, f: Extract<C
   } finally {
     await fh.close();
   }
+}
+
+type FileEntry = Extract<CheckpointEntry, { type: "file" }>;
+interface Placement {
+  file: FileEntry;
+  /** Offset of the chunk inside the file. */
+  at: number;
+  loc: ChunkLocation;
+}
+
+/** Packs read at once: each is held whole while its chunks are verified and written. */
+const PACKS_IN_FLIGHT = 2;
+/** Forwards followed from one pack before the chain is refused (a cycle, or a hostile store). */
+const MAX_HOPS = 16;
+
+/**
+ * Writes verified chunks at their offsets. The first write to a file creates
+ * it (exclusive, never through a link); writes to one file are serialized.
+ */
+class PlacementWriter {
+  private readonly chains = new Map<FileEntry, Promise<void>>();
+  private readonly bytes = new Map<FileEntry, number>();
+
+  constructor(private readonly staging: string) {}
+
+  written(f: FileEntry): number {
+    return this.bytes.get(f) ?? 0;
+  }
+
+  write(file: FileEntry, parts: Array<{ at: number; data: Buffer }>): Promise<void> {
+    const prev = this.chains.get(file);
+    const next = (prev ?? Promise.resolve()).then(() => this.writeNow(file, parts, prev === undefined));
+    this.chains.set(
+      file,
+      next.catch(() => undefined),
+    );
+    return next;
+  }
+
+  private async writeNow(file: FileEntry, parts: Array<{ at: number; data: Buffer }>, create: boolean): Promise<void> {
+    const flags = constants.O_WRONLY | constants.O_NOFOLLOW | (create ? constants.O_CREAT | constants.O_EXCL : 0);
+    const fh = await open(join(this.staging, file.path), flags, 0o600);
+    try {
+      for (const { at, data } of parts) {
+        let off = 0;
+        while (off < data.length) off += (await fh.write(data, off, data.length - off, at + off)).bytesWritten;
+        this.bytes.set(file, this.written(file) + data.length);
+      }
+    } finally {
+      await fh.close();
+    }
+  }
+}
+
+/**
+ * v2: pack by pack rather than file by file, so each pack is read once (one
+ * large read or GET) however many files it feeds. Every chunk is proven
+ * against its hash before a byte of it is written, at its offset in its file;
+ * the manifest (hash-checked) fixes which chunk goes where, so the files are
+ * exactly the checkpointed bytes once every placement is written.
+ */
+async function writePackedFiles(store: BlobStore, files: FileEntry[], staging: string, concurrency: number): Promise<void> {
+  const groups = new Map<string, Placement[]>();
+  const files0: FileEntry[] = [];
+  for (const file of files) {
+    if (file.chunks.length === 0) files0.push(file);
+    let at = 0;
+    for (const c of file.chunks) {
+      const loc = c as ChunkLocation;
+      getOrMake(groups, loc.pack, () => []).push({ file, at, loc });
+      at += c.size;
+    }
+  }
+  const writer = new PlacementWriter(staging);
+  for (const f of files0) await writer.write(f, []);
+  const forwards = new Map<string, Promise<PackForward | null>>();
+  await forEachLimit([...groups], PACKS_IN_FLIGHT, ([pack, placements]) =>
+    restorePack(store, pack, placements, writer, forwards, concurrency),
+  );
+  for (const f of files) if (writer.written(f) !== f.size) throw issue("file_corrupt", f.path, "not every chunk of the file was restored");
+  await forEachLimit(files, concurrency, (f) => chmod(join(staging, f.path), f.mode));
+}
+
+async function restorePack(
+  store: BlobStore,
+  pack: string,
+  placements: Placement[],
+  writer: PlacementWriter,
+  forwards: Map<string, Promise<PackForward | null>>,
+  concurrency: number,
+  depth = 0,
+): Promise<void> {
+  let bytes: Buffer | null;
+  try {
+    bytes = await store.get(packKey(pack));
+  } catch (err) {
+    throw new IssueError(toIssue(err, "store_error", placements[0]!.file.path));
+  }
+  if (bytes === null) {
+    // Rewritten by GC: follow the forward to where each chunk lives now.
+    if (depth >= MAX_HOPS) throw issue("chunk_missing", placements[0]!.file.path, `pack ${pack}: too many forwards`);
+    const moved = new Map<string, Placement[]>();
+    for (const p of placements) {
+      const { loc } = await resolveLocation(store, p.loc, async (at) => at !== pack, forwards, p.file.path);
+      getOrMake(moved, loc.pack, () => []).push({ ...p, loc });
+    }
+    for (const [to, group] of moved) await restorePack(store, to, group, writer, forwards, concurrency, depth + 1);
+    return;
+  }
+  const byFile = new Map<FileEntry, Array<{ at: number; data: Buffer }>>();
+  for (const p of placements) {
+    const data = chunkFromPack(bytes, p.loc, p.file.path);
+    getOrMake(byFile, p.file, () => []).push({ at: p.at, data });
+  }
+  await forEachLimit([...byFile], concurrency, ([file, parts]) => writer.write(file, parts));
 }
 
 async function fetchChunk(store: BlobStore, path: string, ref: ChunkRef): Promise<Buffer> {

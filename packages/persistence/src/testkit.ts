@@ -7,8 +7,10 @@ import { createCipheriv, createHash } from "node:crypto";
 import { mkdtemp, readFile, readlink, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { FsBlobStore } from "@openma/storage/blobs";
+import { type BlobStore, FsBlobStore, sha256Hex } from "@openma/storage/blobs";
+import { CHUNKING_ALGORITHM, chunkBuffer, DEFAULT_CHUNKING } from "./chunker.ts";
 import { CountingBlobStore } from "./instrument.ts";
+import { CHECKPOINT_FORMAT, checkpointManifestKey, chunkKey } from "./manifest.ts";
 import { walkTree } from "./walk.ts";
 
 /** Deterministic bytes (AES-CTR keystream of a seed): fast, incompressible, reproducible. */
@@ -70,4 +72,32 @@ export async function snapshotTree(root: string): Promise<Record<string, string>
         .digest("hex")}`;
   }
   return out;
+}
+
+/**
+ * Stores a checkpoint in format v1 (one blob per chunk, whole-file hashes), the
+ * way revisions written before ADR 0029 sit in existing stores, so tests can
+ * prove they still restore and are still collected correctly.
+ */
+export async function writeV1Checkpoint(store: BlobStore, tree: Record<string, Buffer | { symlink: string } | "dir">): Promise<string> {
+  const entries: unknown[] = [];
+  for (const path of Object.keys(tree).sort()) {
+    const node = tree[path]!;
+    if (node === "dir") entries.push({ type: "dir", path, mode: 0o755 });
+    else if (!Buffer.isBuffer(node)) entries.push({ type: "symlink", path, target: node.symlink });
+    else {
+      const chunks = [];
+      for (const c of chunkBuffer(node)) {
+        const sha256 = sha256Hex(c);
+        await store.put(chunkKey(sha256), c);
+        chunks.push({ sha256, size: c.length });
+      }
+      entries.push({ type: "file", path, mode: 0o644, size: node.length, sha256: sha256Hex(node), chunks });
+    }
+  }
+  const doc = { format: CHECKPOINT_FORMAT, version: 1, chunking: { algorithm: CHUNKING_ALGORITHM, ...DEFAULT_CHUNKING }, entries };
+  const bytes = Buffer.from(`${JSON.stringify(doc)}\n`);
+  const id = sha256Hex(bytes);
+  await store.put(checkpointManifestKey(id), bytes);
+  return id;
 }

@@ -55,6 +55,8 @@ export class FsCheckpointWorkspace implements WorkspacePersistencePort {
   ];
   readonly #options: FsWorkspaceOptions;
   readonly #caches = new Map<string, CheckpointCache>();
+  /** The candidate a binding was restored from: its packs are reused by the binding's first checkpoint, which has no cache yet. */
+  readonly #bases = new Map<string, string>();
 
   constructor(options: FsWorkspaceOptions) {
     this.#options = options;
@@ -83,7 +85,10 @@ export class FsCheckpointWorkspace implements WorkspacePersistencePort {
       return { type: "candidate_rejected", candidate, reason: "not a chunked workspace checkpoint (id and content hash differ)" };
     }
     const restored = await restoreCheckpoint(this.#options.store, candidate.id, target, this.#options.restore);
-    if (restored.ok) return { type: "materialized", binding, restored: candidate };
+    if (restored.ok) {
+      this.#bases.set(bindingId, candidate.id);
+      return { type: "materialized", binding, restored: candidate };
+    }
     const { code, message } = restored.error;
     if (INFRASTRUCTURE.has(code)) throw new Error(`workspace restore failed (${code}): ${message}`);
     return { type: "candidate_rejected", candidate, reason: `${code}: ${message}` };
@@ -97,6 +102,7 @@ export class FsCheckpointWorkspace implements WorkspacePersistencePort {
     const result = await createCheckpoint(this.#options.store, this.hostPath(binding), {
       ...this.#options.checkpoint,
       cache: this.#caches.get(binding.bindingId),
+      base: this.#bases.get(binding.bindingId),
     });
     if (!result.ok) throw new Error(`workspace checkpoint failed (${result.error.code}) /${result.error.path}: ${result.error.message}`);
     this.#caches.set(binding.bindingId, result.cache);
@@ -110,6 +116,7 @@ export class FsCheckpointWorkspace implements WorkspacePersistencePort {
 
   async release(input: Input<"release">): Promise<void> {
     this.#caches.delete(input.binding.bindingId);
+    this.#bases.delete(input.binding.bindingId);
     await rm(join(this.#options.root, input.binding.bindingId), { recursive: true, force: true });
   }
 
