@@ -7,6 +7,11 @@
  * chain, AWS_ENDPOINT_URL_LAMBDA / AWS_ENDPOINT_URL): the stand-in is reached
  * by an endpoint override, never by a code path of its own.
  *
+ * Every claim of an intent sends the same request (nothing per claim, such as
+ * the lease generation, is in it): RunMicrovm refuses a known clientToken
+ * with other parameters, so a retry after a crash must repeat the first
+ * request exactly.
+ *
  * The VM learns which session to serve from `runHookPayload` (delivered to the
  * image's run hook): session, environment and the control plane's URL. The
  * environment key is not in it: the image reads it from its own secret
@@ -42,7 +47,6 @@ export interface RunHookPayload {
   environmentId: string;
   workspaceId: string;
   sessionId: string;
-  generation: number;
   apiUrl: string;
   maxIdleMs?: number;
 }
@@ -62,7 +66,6 @@ export class AwsMicrovmLauncherPort implements MicrovmLauncherPort {
       environmentId: input.environmentId,
       workspaceId: input.workspaceId,
       sessionId: input.sessionId,
-      generation: input.generation,
       apiUrl: this.#options.apiUrl,
       ...(this.#options.workerMaxIdleMs === undefined ? {} : { maxIdleMs: this.#options.workerMaxIdleMs }),
     };
