@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { workspaceDurabilityOf } from "./capabilities.ts";
+import { unbuilt as unbuiltRow } from "./conformance/rows.ts";
 import {
   admissionFor,
   claimsNothing,
@@ -137,7 +138,7 @@ describe("the conformance table", () => {
 describe("conformanceIssues, every rule", () => {
   it("flags planned/provider mismatches, contradictory facts and implemented/unimplemented inconsistencies", () => {
     const bubblewrap = conformanceOf("bubblewrap") as DriverConformance;
-    const unbuilt = conformanceOf("aws-microvm") as DriverConformance;
+    const unbuilt = unbuiltRow("aws-microvm", "vm", "an unbuilt row", null);
     const caps = bubblewrap.capabilities;
     const table: DriverConformance[] = [
       { ...unbuilt, planned: { ...claimsNothing("modal") } },
