@@ -30,8 +30,11 @@ const TTL = 6_000;
 const REAP = 2_000;
 const ENV = "env_warm";
 const TARGET = 2;
-/** Sessions run through the pool; the pure-logic test (packages/warm-pool) runs 200, the bench 1,000. */
-const SESSIONS = 12;
+/**
+ * Sessions run through the pool here (the pure-logic test in packages/warm-pool runs 200); the issue's load check
+ * of 1,000 is this same test with `WARM_POOL_SESSIONS=1000` (docs/warm-pools.md), kept out of the default run.
+ */
+const SESSIONS = Math.max(1, Math.min(5_000, Number(process.env.WARM_POOL_SESSIONS ?? 12) || 12));
 const silent: Logger = { info() {}, warn() {}, error() {} };
 const request = (sessionId: string): SandboxRequest => ({
   sessionId,
@@ -111,68 +114,74 @@ describe.each(["bubblewrap", "docker"] as const)("warm pools on %s", (driver) =>
     });
   }
 
-  it("serves a session's first tool call from a pre-started sandbox, never reuses one, and drains to zero", async () => {
-    const world = new ManualScheduler(Date.now());
-    const ownership = ownershipOn(world, world);
-    dataDir = await mkdtemp(join(tmpdir(), "openma-warm-"));
-    const atEngine = () => liveAtEngine(selection, deployment);
-    const server = await pooledServer(ownership, world, dataDir);
-    try {
-      await expect.poll(async () => pooled(await atEngine()).length, { timeout: 60_000 }).toBe(TARGET);
-      expect(await ownership.stats()).toMatchObject([{ owned: TARGET, pooled: TARGET }]);
-      const before = await atEngine();
-
-      const resolved = await server.resolve(request("sesn_w1"));
-      if (resolved.type !== "ready") throw new Error(resolved.reason);
-      const exec = await resolved.port.exec({
-        command: ["sh", "-c", "echo warm > /workspace/first.txt && echo done"],
-        timeoutMs: 30_000,
-        signal: AbortSignal.timeout(30_000),
-      });
-      expect(exec).toMatchObject({ type: "exited", exitCode: 0 });
-      // The session's files are its host directory (the slot's, renamed), and the slot points at it.
-      expect(await readFile(join(dataDir, "workspaces", "sesn_w1", "first.txt"), "utf8")).toBe("warm\n");
-      const after = await atEngine();
-      // Nothing was started for the session: every running sandbox was started for a pool slot, and one of the
-      // slots that existed before the session is the one it used (its slot's workspace now links to the session's).
-      expect(after.filter((s) => s === "sesn_w1")).toEqual([]);
-      // Both pre-started sandboxes still run: one waits in the pool, the other serves the session.
-      expect(before.every((slot) => after.includes(slot))).toBe(true);
-      const links = await Promise.all(
-        before.map(async (slot) => {
-          const path = join(dataDir, "warm", slot.slice("warm-pool:".length), "workspace");
-          return (await lstat(path)).isSymbolicLink() ? await readlink(path) : null;
-        }),
-      );
-      expect(links.filter((l) => l !== null)).toEqual([join(dataDir, "workspaces", "sesn_w1")]);
-      await expect.poll(async () => (await ownership.stats())[0], { timeout: 60_000 }).toMatchObject({ owned: TARGET + 1, pooled: TARGET });
-      await server.release("sesn_w1");
-      await expect.poll(async () => (await atEngine()).length, { timeout: 60_000 }).toBe(TARGET);
-
-      // Many sessions: each gets a sandbox no earlier session had, and the engine never holds more than it should.
-      const served = new Set<string>();
-      for (let i = 0; i < SESSIONS; i++) {
-        const id = `sesn_m${i}`;
+  it(
+    "serves a session's first tool call from a pre-started sandbox, never reuses one, and drains to zero",
+    async () => {
+      const world = new ManualScheduler(Date.now());
+      const ownership = ownershipOn(world, world);
+      dataDir = await mkdtemp(join(tmpdir(), "openma-warm-"));
+      const atEngine = () => liveAtEngine(selection, deployment);
+      const server = await pooledServer(ownership, world, dataDir);
+      try {
         await expect.poll(async () => pooled(await atEngine()).length, { timeout: 60_000 }).toBe(TARGET);
-        const ready = await server.resolve(request(id));
-        if (ready.type !== "ready") throw new Error(ready.reason);
-        const ran = await ready.port.exec({ command: ["true"], timeoutMs: 10_000, signal: AbortSignal.timeout(10_000) });
-        expect(ran).toMatchObject({ type: "exited", exitCode: 0 });
-        // Never a cold start: no running sandbox was started for a session.
-        expect((await atEngine()).filter((s) => !s.startsWith("warm-pool:"))).toEqual([]);
-        served.add(id);
-        await server.release(id);
+        expect(await ownership.stats()).toMatchObject([{ owned: TARGET, pooled: TARGET }]);
+        const before = await atEngine();
+
+        const resolved = await server.resolve(request("sesn_w1"));
+        if (resolved.type !== "ready") throw new Error(resolved.reason);
+        const exec = await resolved.port.exec({
+          command: ["sh", "-c", "echo warm > /workspace/first.txt && echo done"],
+          timeoutMs: 30_000,
+          signal: AbortSignal.timeout(30_000),
+        });
+        expect(exec).toMatchObject({ type: "exited", exitCode: 0 });
+        // The session's files are its host directory (the slot's, renamed), and the slot points at it.
+        expect(await readFile(join(dataDir, "workspaces", "sesn_w1", "first.txt"), "utf8")).toBe("warm\n");
+        const after = await atEngine();
+        // Nothing was started for the session: every running sandbox was started for a pool slot, and one of the
+        // slots that existed before the session is the one it used (its slot's workspace now links to the session's).
+        expect(after.filter((s) => s === "sesn_w1")).toEqual([]);
+        // Both pre-started sandboxes still run: one waits in the pool, the other serves the session.
+        expect(before.every((slot) => after.includes(slot))).toBe(true);
+        const links = await Promise.all(
+          before.map(async (slot) => {
+            const path = join(dataDir, "warm", slot.slice("warm-pool:".length), "workspace");
+            return (await lstat(path)).isSymbolicLink() ? await readlink(path) : null;
+          }),
+        );
+        expect(links.filter((l) => l !== null)).toEqual([join(dataDir, "workspaces", "sesn_w1")]);
+        await expect
+          .poll(async () => (await ownership.stats())[0], { timeout: 60_000 })
+          .toMatchObject({ owned: TARGET + 1, pooled: TARGET });
+        await server.release("sesn_w1");
+        await expect.poll(async () => (await atEngine()).length, { timeout: 60_000 }).toBe(TARGET);
+
+        // Many sessions: each gets a sandbox no earlier session had, and the engine never holds more than it should.
+        const served = new Set<string>();
+        for (let i = 0; i < SESSIONS; i++) {
+          const id = `sesn_m${i}`;
+          await expect.poll(async () => pooled(await atEngine()).length, { timeout: 60_000 }).toBe(TARGET);
+          const ready = await server.resolve(request(id));
+          if (ready.type !== "ready") throw new Error(ready.reason);
+          const ran = await ready.port.exec({ command: ["true"], timeoutMs: 10_000, signal: AbortSignal.timeout(10_000) });
+          expect(ran).toMatchObject({ type: "exited", exitCode: 0 });
+          // Never a cold start: no running sandbox was started for a session.
+          expect((await atEngine()).filter((s) => !s.startsWith("warm-pool:"))).toEqual([]);
+          served.add(id);
+          await server.release(id);
+        }
+        expect(served.size).toBe(SESSIONS);
+        await expect.poll(async () => (await atEngine()).length, { timeout: 60_000 }).toBe(TARGET);
+        expect(server.warmPools()).toMatchObject([{ environmentId: ENV, target: TARGET, claimed: SESSIONS + 1, discarded: 0 }]);
+      } finally {
+        await server.close();
       }
-      expect(served.size).toBe(SESSIONS);
-      await expect.poll(async () => (await atEngine()).length, { timeout: 60_000 }).toBe(TARGET);
-      expect(server.warmPools()).toMatchObject([{ environmentId: ENV, target: TARGET, claimed: SESSIONS + 1, discarded: 0 }]);
-    } finally {
-      await server.close();
-    }
-    expect(await atEngine()).toEqual([]);
-    expect(await ownership.stats()).toEqual([]);
-    await rm(dataDir, { recursive: true, force: true });
-  }, 180_000);
+      expect(await atEngine()).toEqual([]);
+      expect(await ownership.stats()).toEqual([]);
+      await rm(dataDir, { recursive: true, force: true });
+    },
+    120_000 + SESSIONS * 5_000,
+  );
 
   it("a server killed with a full pool leaks nothing: a live server's reaper ends the pool once its leases lapse", async () => {
     const world = new ManualScheduler(Date.now());
