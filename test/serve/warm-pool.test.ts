@@ -13,7 +13,7 @@
  * - A server killed with a full pool (its clock frozen: it renews nothing)
  *   leaves nothing once a live server's reaper has run past the lease.
  */
-import { lstat, mkdtemp, readFile, readlink, rm } from "node:fs/promises";
+import { lstat, mkdir, mkdtemp, readFile, readlink, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Logger } from "@openma/api";
@@ -155,6 +155,21 @@ describe.each(["bubblewrap", "docker"] as const)("warm pools on %s", (driver) =>
           .toMatchObject({ owned: TARGET + 1, pooled: TARGET });
         await server.release("sesn_w1");
         await expect.poll(async () => (await atEngine()).length, { timeout: 60_000 }).toBe(TARGET);
+
+        // Fail closed: a session whose sandbox would differ (environment packages) takes nothing from the pool, and
+        // neither does a session whose workspace already has files (a later sandbox of it): both start cold.
+        const packaged = await server.resolve({
+          ...request("sesn_pkg"),
+          environment: { config: { type: "cloud", packages: { npm: ["not a package name!"] } } },
+        });
+        expect(packaged.type).toBe("unavailable");
+        await mkdir(join(dataDir, "workspaces", "sesn_files"), { recursive: true });
+        await writeFile(join(dataDir, "workspaces", "sesn_files", "kept.txt"), "mine");
+        const withFiles = await server.resolve(request("sesn_files"));
+        expect(withFiles.type).toBe("ready");
+        expect((await atEngine()).filter((s) => !s.startsWith("warm-pool:"))).toEqual(["sesn_files"]);
+        expect(server.warmPools()).toMatchObject([{ claimed: 1, ready: TARGET }]);
+        await server.release("sesn_files");
 
         // Many sessions: each gets a sandbox no earlier session had, and the engine never holds more than it should.
         const served = new Set<string>();
