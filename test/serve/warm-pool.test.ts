@@ -35,7 +35,9 @@ const TARGET = 2;
  * of 1,000 is this same test with `WARM_POOL_SESSIONS=1000` (docs/warm-pools.md), kept out of the default run.
  */
 const SESSIONS = Math.max(1, Math.min(5_000, Number(process.env.WARM_POOL_SESSIONS ?? 12) || 12));
-const silent: Logger = { info() {}, warn() {}, error() {} };
+/** The pool's warnings (a failed start says why), for a failure's message. */
+const warnings: string[] = [];
+const silent: Logger = { info() {}, warn: (...args: unknown[]) => void warnings.push(JSON.stringify(args)), error() {} };
 const request = (sessionId: string): SandboxRequest => ({
   sessionId,
   environmentId: ENV,
@@ -67,6 +69,19 @@ async function liveAtEngine(selection: Exclude<SandboxSelection, { type: "none" 
 }
 
 const pooled = (scopes: string[]) => scopes.filter((s) => s.startsWith("warm-pool:"));
+
+/**
+ * Waits for a full pool at the engine. A start that failed (a loaded host) is retried after the pool's retry delay
+ * on the injected scheduler, so virtual time moves a second per look; owner leases renew on the same clock.
+ */
+async function untilPooled(world: ManualScheduler, atEngine: () => Promise<string[]>): Promise<void> {
+  for (let look = 0; look < 600; look++) {
+    if (pooled(await atEngine()).length === TARGET) return;
+    world.advance(1_000);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  throw new Error(`the pool did not refill to ${TARGET}: ${warnings.slice(-5).join("; ")}`);
+}
 
 describe.each(["bubblewrap", "docker"] as const)("warm pools on %s", (driver) => {
   let store: TestStorage;
@@ -175,7 +190,7 @@ describe.each(["bubblewrap", "docker"] as const)("warm pools on %s", (driver) =>
         const served = new Set<string>();
         for (let i = 0; i < SESSIONS; i++) {
           const id = `sesn_m${i}`;
-          await expect.poll(async () => pooled(await atEngine()).length, { timeout: 60_000 }).toBe(TARGET);
+          await untilPooled(world, atEngine);
           const ready = await server.resolve(request(id));
           if (ready.type !== "ready") throw new Error(ready.reason);
           const ran = await ready.port.exec({ command: ["true"], timeoutMs: 10_000, signal: AbortSignal.timeout(10_000) });
