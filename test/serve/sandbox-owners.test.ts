@@ -115,7 +115,7 @@ describe.each(["docker", "bubblewrap"] as const)("serve-lane sandbox ownership o
       }
       await expect.poll(atEngine, { timeout: 20_000 }).toEqual(["sesn_live"]);
       const provider = driver === "docker" ? "node-docker" : "bubblewrap";
-      expect(await liveOwnership.stats()).toEqual([{ driver: provider, owned: 1, idle: 0, orphaned: 0 }]);
+      expect(await liveOwnership.stats()).toEqual([{ driver: provider, owned: 1, idle: 0, orphaned: 0, pooled: 0 }]);
       // The live server still uses its sandbox.
       expect(await live.resolve(request("sesn_live"))).toMatchObject({ type: "ready" });
       await live.release("sesn_live");

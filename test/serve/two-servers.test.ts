@@ -116,7 +116,7 @@ describe("two servers on one Postgres and one Docker Engine", () => {
     for (const id of [...mine, ...theirs]) expect(before.has(id)).toBe(true);
     // The API's environment stats count them too (an OpenMA extension of the work queue stats).
     const sandboxStats = async () => ((await client.beta.environments.work.stats(env.id)) as { sandboxes?: unknown }).sandboxes;
-    expect(await sandboxStats()).toEqual([{ driver: "node-docker", owned: mine.length + theirs.length, idle: 0, orphaned: 0 }]);
+    expect(await sandboxStats()).toEqual([{ driver: "node-docker", owned: mine.length + theirs.length, idle: 0, orphaned: 0, pooled: 0 }]);
 
     await a.kill9();
     // The survivor's reaper ends the dead server's containers once their owner leases run out.
@@ -124,7 +124,7 @@ describe("two servers on one Postgres and one Docker Engine", () => {
     const after = await containers();
     expect([...after.keys()].sort()).toEqual([...mine].sort());
     for (const id of mine) expect(after.get(id)).toBe(before.get(id));
-    expect(await sandboxStats()).toEqual([{ driver: "node-docker", owned: mine.length, idle: 0, orphaned: 0 }]);
+    expect(await sandboxStats()).toEqual([{ driver: "node-docker", owned: mine.length, idle: 0, orphaned: 0, pooled: 0 }]);
 
     // The survivor answers the next turn of its sessions in the very same containers.
     for (const id of mine) {

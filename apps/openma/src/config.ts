@@ -7,6 +7,7 @@ import { webSearchProviderFromEnv } from "@openma/harness/server-tools/tavily";
 import { type PriceTable, priceTableFromEnv } from "@openma/pricing";
 import type { BlobEnv } from "@openma/storage/s3-blobs";
 import { decodeSecretKey } from "@openma/storage/secret-box";
+import { parseWarmPoolTargets, type WarmPoolTargets } from "@openma/warm-pool/config";
 import { z } from "zod";
 import type { PackageRegistries } from "./bwrap-packages.ts";
 import { type EgressSettings, egressSettings } from "./egress.ts";
@@ -89,6 +90,17 @@ const schema = z.object({
     .min(1000)
     .max(7 * 86_400_000)
     .default(30 * 60_000),
+  // Warm pools (docs/warm-pools.md, ADR 0027): `<environment id>=<size>` pairs, comma-separated; unset: none.
+  OPENMA_WARM_POOL: z
+    .string()
+    .max(8192)
+    .transform((text, ctx) => {
+      const parsed = parseWarmPoolTargets(text);
+      if (parsed.ok) return parsed.targets;
+      ctx.addIssue({ code: "custom", message: parsed.message });
+      return z.NEVER;
+    })
+    .optional(),
   // The egress gateway of local session sandboxes (apps/openma/src/egress.ts, ADR 0020): on, or off (no network at all);
   // the registries' hosts `allow_package_managers` adds; PEM files the gateway trusts upstream (comma-separated).
   OPENMA_EGRESS: z.enum(["on", "off"]).default("on"),
@@ -173,6 +185,8 @@ export interface ServerConfig {
     registries: PackageRegistries;
     /** Session sandboxes: owner lease, reaper interval and idle timeout (ms). */
     sandboxes: { leaseTtlMs: number; reapIntervalMs: number; idleMs: number };
+    /** Warm pool target per environment id (OPENMA_WARM_POOL); empty: no pools. */
+    warmPools: WarmPoolTargets;
   };
   /** Upstream Messages API for the harness; without a key sessions fail with a clear `session.error`. Secret: never log. */
   model: { baseUrl: string | undefined; apiKey: string | undefined };
@@ -253,6 +267,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
         reapIntervalMs: e.OPENMA_SANDBOX_REAP_INTERVAL_MS,
         idleMs: e.OPENMA_SANDBOX_IDLE_MS,
       },
+      warmPools: e.OPENMA_WARM_POOL ?? new Map(),
     },
     model: { baseUrl: e.OPENMA_MODEL_BASE_URL, apiKey: e.OPENMA_MODEL_API_KEY || e.ANTHROPIC_API_KEY },
     prices: pricesOf(e.OPENMA_PRICE_TABLE),

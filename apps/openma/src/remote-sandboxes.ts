@@ -201,7 +201,7 @@ export function openRemoteDriver(name: RemoteSandboxName, env: Env, options: Rem
 export async function openRemoteServeSandboxes(
   name: RemoteSandboxName,
   env: Env,
-  options: Pick<ServeSandboxOptions, "dataDir" | "logger" | "scheduler" | "idleMs" | "ownership" | "instrument">,
+  options: Pick<ServeSandboxOptions, "dataDir" | "logger" | "scheduler" | "idleMs" | "ownership" | "instrument" | "warmPools">,
 ): Promise<ServeSandboxes> {
   const driver = await openRemoteDriver(name, env, { namePrefix: "openma-serve", labels: options.ownership?.labels });
   const backend: SandboxBackend = { name, sandbox: driver, toolSandbox: (lease) => driver.toolSandbox(lease), needsTraversal: false };

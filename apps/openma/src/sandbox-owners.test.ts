@@ -42,8 +42,8 @@ describe("openma doctor: sandboxes", () => {
       expect(result).toMatchObject({
         id: "sandboxes",
         status: "warn",
-        detail: "node-docker: 1 owned, 0 idle, 1 orphaned",
-        facts: { "node-docker": ["owned=1", "idle=0", "orphaned=1"] },
+        detail: "node-docker: 1 owned (0 in warm pools), 0 idle, 1 orphaned",
+        facts: { "node-docker": ["owned=1", "pooled=0", "idle=0", "orphaned=1"] },
       });
     } finally {
       await t.cleanup();

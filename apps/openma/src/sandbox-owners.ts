@@ -49,6 +49,8 @@ export interface OwnerHandle {
   attach(lease: ManagedSandboxLease): Promise<boolean>;
   /** The sandbox is used now (moves the stored idle deadline); false when it is no longer ours to use. */
   touch(idleMs: number): Promise<boolean>;
+  /** A warm pool's sandbox now serves this session: the record moves to its scope (false: no longer ours to use). */
+  rebind(scope: RuntimeResourceScope, idleMs: number): Promise<boolean>;
   /** The sandbox is gone: stop renewing and delete the record. */
   release(): Promise<void>;
   /** The sandbox could not be killed: stop renewing and let the lease lapse now, for a reaper. */
@@ -129,6 +131,10 @@ export function serveOwnership(parts: ServeOwnershipParts): ServeOwnership {
           // A database that does not answer says nothing about the sandbox; the lease decides.
           return port.touch({ id, idleMs: idle, signal: quiet }).catch(() => true);
         },
+        async rebind(session, idle) {
+          if (held.signal.aborted) return false;
+          return port.rebind({ id, scope: session, idleMs: idle, signal: quiet });
+        },
         async release() {
           await held.release();
           await port.release({ id, signal: quiet });
@@ -195,14 +201,16 @@ export async function checkSandboxOwnership(env: NodeJS.ProcessEnv, timeoutMs: n
     const detail =
       stats.length === 0
         ? "no session sandboxes"
-        : stats.map((s) => `${s.driver}: ${s.owned} owned, ${s.idle} idle, ${s.orphaned} orphaned`).join("; ");
+        : stats.map((s) => `${s.driver}: ${s.owned} owned (${s.pooled} in warm pools), ${s.idle} idle, ${s.orphaned} orphaned`).join("; ");
     return {
       id: "sandboxes",
       status: orphaned > 0 ? "warn" : "ok",
       detail,
       disables: [],
       ...(orphaned > 0 ? { hint: "orphan records are sandboxes a reaper could not kill; see docs/serve-sandboxes.md" } : {}),
-      facts: Object.fromEntries(stats.map((s) => [s.driver, [`owned=${s.owned}`, `idle=${s.idle}`, `orphaned=${s.orphaned}`]])),
+      facts: Object.fromEntries(
+        stats.map((s) => [s.driver, [`owned=${s.owned}`, `pooled=${s.pooled}`, `idle=${s.idle}`, `orphaned=${s.orphaned}`]]),
+      ),
     };
   } catch (err) {
     return { id: "sandboxes", status: "warn", detail: `the database did not answer: ${String(err)}`, disables: [], facts: {} };

@@ -41,6 +41,7 @@ import {
 import { installSessionError, packagesOf } from "@openma/driver-kit/env-packages";
 import { NO_SANDBOX_DRIVER } from "@openma/harness";
 import { realScheduler, type Scheduler } from "@openma/time";
+import type { WarmPoolStats, WarmPoolTargets } from "@openma/warm-pool";
 import {
   bubblewrapPackagesRefusal,
   ensurePackagePrefix,
@@ -53,6 +54,7 @@ import {
 import { checkBubblewrap } from "./doctor.ts";
 import type { Provisioner } from "./provision.ts";
 import type { OwnerHandle, ServeOwnership } from "./sandbox-owners.ts";
+import { openWarmPools, type ServeWarmPools } from "./warm-pools.ts";
 
 export const SANDBOX_CHOICES = ["auto", "bubblewrap", "docker", "none"] as const;
 export type SandboxChoice = (typeof SANDBOX_CHOICES)[number];
@@ -149,6 +151,10 @@ export interface SandboxBackend {
   toolSandbox(lease: ManagedSandboxLease): ToolSandboxPort;
   /** Whether the driver's unprivileged host uid must traverse the data dir to bind the workspace. */
   needsTraversal: boolean;
+  /** What else shapes this driver's sandboxes (its image): part of the profile a warm sandbox must match. */
+  variant?: Record<string, string>;
+  /** Whether its sandboxes get an egress gateway (opened per session at acquire, so never pooled). */
+  gateway?: boolean;
   /**
    * The driver for this session's environment, its packages installed (or taken from their cache), or why
    * there is none; absent (or no `sandbox` in the answer): `sandbox` as is.
@@ -192,6 +198,7 @@ export async function openBackend(
       sandbox,
       toolSandbox: (lease) => sandbox.toolSandbox(lease),
       needsTraversal: true,
+      gateway: credentialEgress !== undefined,
       async prepare(request, { logger, dataDir, ownerId }) {
         const wanted = packagesOf(request.environment);
         if (!wanted.ok) return { reason: wanted.message, sessionError: installSessionError({ manager: null, message: wanted.message }) };
@@ -226,6 +233,8 @@ export async function openBackend(
     sandbox,
     toolSandbox: (lease) => sandbox.toolSandbox(lease),
     needsTraversal: false,
+    variant: { image: selection.image },
+    gateway: credentialEgress !== undefined,
     async prepare(request, { logger }) {
       const wanted = packagesOf(request.environment);
       if (!wanted.ok) return { reason: wanted.message, sessionError: installSessionError({ manager: null, message: wanted.message }) };
@@ -271,6 +280,8 @@ export interface ServeSandboxes extends SandboxResolver {
   readonly driver: string | null;
   /** Session ids with a live (or starting) sandbox. */
   active(): string[];
+  /** The warm pools (docs/warm-pools.md): one entry per environment with a pool. */
+  warmPools(): WarmPoolStats[];
   /**
    * The session was archived or deleted: terminates its sandbox (resolves once
    * it is gone) and refuses to start another one for it. Its files stay in the
@@ -299,6 +310,8 @@ export interface ServeSandboxOptions {
   egress?: CredentialEgressPort | null | undefined;
   /** Registries bubblewrap's package installs use (bwrap-packages.ts). */
   registries?: PackageRegistries | undefined;
+  /** Warm pool target per environment (OPENMA_WARM_POOL, warm-pools.ts); needs `ownership`. Absent or empty: none. */
+  warmPools?: WarmPoolTargets | undefined;
 }
 
 /**
@@ -341,6 +354,7 @@ export function failClosed(reason: string): ServeSandboxes {
     driver: null,
     resolve: async () => ({ type: "unavailable", reason }),
     active: () => [],
+    warmPools: () => [],
     release: async () => {},
     close: async () => {},
   };
@@ -366,6 +380,8 @@ interface Held {
   port: ToolSandboxPort;
   /** The owner record, when the server keeps them. */
   owner: OwnerHandle | null;
+  /** After the sandbox is gone (a warm sandbox's slot leftovers). */
+  cleanup?: () => Promise<void>;
 }
 
 interface Entry {
@@ -381,7 +397,7 @@ interface Entry {
  */
 export function sessionSandboxes(
   chosen: SandboxBackend,
-  options: Pick<ServeSandboxOptions, "dataDir" | "logger" | "scheduler" | "idleMs" | "ownership" | "instrument">,
+  options: Pick<ServeSandboxOptions, "dataDir" | "logger" | "scheduler" | "idleMs" | "ownership" | "instrument" | "warmPools">,
 ): ServeSandboxes {
   const backend = options.instrument?.(chosen) ?? chosen;
   const scheduler = options.scheduler ?? realScheduler;
@@ -396,6 +412,11 @@ export function sessionSandboxes(
   let closed = false;
   const ownership = options.ownership;
   const reaper = ownership?.startReaper(backend.sandbox) ?? null;
+  const pools = startPools(backend, { ...options, idleMs, scheduler });
+  let poolStats: () => WarmPoolStats[] = () => [];
+  void pools.then((opened) => {
+    if (opened !== null) poolStats = () => opened.stats();
+  });
 
   /** Why no sandbox may be handed out for this session now, or null. */
   const refusal = (sessionId: string): string | null => {
@@ -422,6 +443,7 @@ export function sessionSandboxes(
       .terminate({ scope: held.scope, fence: held.fence, lease: held.lease, reason, signal })
       .catch((err: unknown) => ({ type: "failed" as const, error: String(err) }));
     if (result.type === "failed") options.logger.warn({ sessionId, error: result.error }, "terminating a session sandbox failed");
+    await held.cleanup?.().catch(() => {});
     // Gone: the record goes too. Still there: the lease lapses now and a reaper kills it (or parks it as an orphan).
     await (result.type === "failed" ? held.owner?.abandon() : held.owner?.release())?.catch((err: unknown) =>
       options.logger.warn({ sessionId, error: String(err) }, "ending a session sandbox's owner record failed"),
@@ -454,6 +476,8 @@ export function sessionSandboxes(
 
   const acquire = async (request: SandboxRequest): Promise<Held | Refusal> => {
     const scope = { environmentId: request.environmentId, sessionId: request.sessionId };
+    const warm = await claimWarm(request, scope);
+    if (warm !== null) return warm;
     // The record comes first: no sandbox of this lane ever exists without an owner record naming it.
     const owner = (await ownership?.claim(scope, backend.sandbox.capabilities.provider, idleMs)) ?? null;
     try {
@@ -507,6 +531,16 @@ export function sessionSandboxes(
     return { scope, fence, lease: result.lease, port: backend.toolSandbox(result.lease), owner };
   };
 
+  /** A sandbox from the environment's warm pool when it fits this session exactly (warm-pools.ts), else null. */
+  const claimWarm = async (request: SandboxRequest, scope: RuntimeResourceScope): Promise<Held | null> => {
+    const opened = await pools;
+    if (opened === null) return null;
+    const dirs = await sessionDirs(options.dataDir, request.sessionId, backend.needsTraversal);
+    const warm = await opened.claim(request, scope, dirs);
+    if (warm === null) return null;
+    return { ...warm, port: backend.toolSandbox(warm.lease) };
+  };
+
   /** The cached sandbox when it still runs; a dead one is replaced (its files stay in the host workspace). */
   const current = async (request: SandboxRequest, entry: Entry): Promise<Held | { reason: string } | null> => {
     const held = await entry.acquiring;
@@ -523,6 +557,7 @@ export function sessionSandboxes(
   return {
     driver: backend.name,
     active: () => [...entries.keys()],
+    warmPools: () => poolStats(),
     async resolve(request): Promise<SandboxResolution> {
       const { sessionId } = request;
       const early = refusal(sessionId);
@@ -558,11 +593,42 @@ export function sessionSandboxes(
     },
     async close() {
       closed = true;
+      // The pools first: nothing is handed out any more, and what waits in them is terminated.
+      await (await pools)?.drain();
       await reaper?.stop();
       for (const [sessionId, entry] of [...entries]) void terminate(sessionId, entry, "cancelled");
       await Promise.all([...stopping.values()]);
     },
   };
+}
+
+/** The configured warm pools over this backend; none without owner records (a pooled sandbox must have one). */
+async function startPools(
+  backend: SandboxBackend,
+  options: Pick<ServeSandboxOptions, "dataDir" | "logger" | "ownership" | "warmPools"> & { idleMs: number; scheduler: Scheduler },
+): Promise<ServeWarmPools | null> {
+  const { warmPools, ownership, logger } = options;
+  if (warmPools === undefined || warmPools.size === 0) return null;
+  if (ownership === undefined) {
+    logger.warn({}, "warm pools need owner records (a database): sandboxes start cold");
+    return null;
+  }
+  return openWarmPools({
+    sandbox: backend.sandbox,
+    needsTraversal: backend.needsTraversal,
+    targets: warmPools,
+    ownership,
+    plan: planFor(backend.name),
+    variant: backend.variant ?? {},
+    gateway: backend.gateway ?? false,
+    dataDir: options.dataDir,
+    idleMs: options.idleMs,
+    scheduler: options.scheduler,
+    logger,
+  }).catch((err: unknown) => {
+    logger.warn({ err: String(err) }, "warm pools could not start: sandboxes start cold");
+    return null;
+  });
 }
 
 /** The per-session host directories, made on first use. */

@@ -283,7 +283,14 @@ async function startBrain(
   const metrics = observability?.metrics;
   const tracer = observability?.tracer;
   const instrument = metrics ? (backend: SandboxBackend) => meteredBackend(backend, metrics, tracer) : undefined;
-  const common = { dataDir: config.dataDir, logger: deps.logger, idleMs: config.brain.sandboxes.idleMs, ownership, instrument };
+  const common = {
+    dataDir: config.dataDir,
+    logger: deps.logger,
+    idleMs: config.brain.sandboxes.idleMs,
+    ownership,
+    instrument,
+    warmPools: config.brain.warmPools,
+  };
   // Local sandboxes' only way out: one gateway each, configured per session from storage (egress.ts).
   const egress = serveEgressPort(config.brain.egress, { storage: deps.storage, secrets: deps.secrets, logger: deps.logger });
   const sandboxes = isRemoteSandbox(choice)

@@ -480,9 +480,10 @@ export interface QueueStats {
   workers_polling: number | null;
   /**
    * OpenMA extension: the environment's session sandboxes per driver, from their owner records (owned = a live
-   * server holds it, idle = past its idle deadline, orphaned = could not be killed yet). Empty when none.
+   * server holds it, idle = past its idle deadline, orphaned = could not be killed yet, pooled = of those owned, waiting
+   * in a warm pool for a session, docs/warm-pools.md). Empty when none.
    */
-  sandboxes: { driver: string; owned: number; idle: number; orphaned: number }[];
+  sandboxes: { driver: string; owned: number; idle: number; orphaned: number; pooled: number }[];
 }
 
 /**

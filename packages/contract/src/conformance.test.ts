@@ -40,11 +40,13 @@ function profile(overrides: Partial<ManagedRuntimeProfile> = {}): ManagedRuntime
 }
 
 describe("the conformance table", () => {
-  it("has one entry per upstream driver, plus bubblewrap, GKE dispatch, AWS activation and none", () => {
+  it("has one entry per upstream driver, plus bubblewrap, GKE dispatch, AWS activation, none and the warm pool", () => {
     const drivers = DRIVER_CONFORMANCE.map((entry) => entry.driver);
     expect(new Set(drivers).size).toBe(drivers.length);
-    expect(drivers).toEqual(expect.arrayContaining([...SEED_DRIVERS, "bubblewrap", "gke-agent-sandbox", "aws-microvm", "none"]));
-    expect(drivers).toHaveLength(SEED_DRIVERS.length + 4);
+    expect(drivers).toEqual(
+      expect.arrayContaining([...SEED_DRIVERS, "bubblewrap", "gke-agent-sandbox", "aws-microvm", "none", "warm-pool"]),
+    );
+    expect(drivers).toHaveLength(SEED_DRIVERS.length + 5);
   });
 
   it("is internally consistent", () => {

@@ -13,6 +13,7 @@ import type { ManagedRuntimeCapabilities } from "./capabilities.ts";
 import { CLOUD_ROWS } from "./conformance/cloud.ts";
 import { DISPATCH_ROWS } from "./conformance/dispatch.ts";
 import { LOCAL_ROWS } from "./conformance/local.ts";
+import { POOL_ROWS } from "./conformance/pools.ts";
 import { claimsNothing } from "./conformance/rows.ts";
 import { type ManagedRuntimePlanResult, resolveManagedRuntimePlan } from "./plan.ts";
 import type { ManagedRuntimeProfile } from "./profile.ts";
@@ -59,7 +60,7 @@ export interface DriverConformance {
 export { claimsNothing };
 
 /** Every driver, in the order of the seed's table (docs/sandboxes.md follows it). */
-export const DRIVER_CONFORMANCE: readonly DriverConformance[] = [...LOCAL_ROWS, ...CLOUD_ROWS, ...DISPATCH_ROWS];
+export const DRIVER_CONFORMANCE: readonly DriverConformance[] = [...LOCAL_ROWS, ...CLOUD_ROWS, ...DISPATCH_ROWS, ...POOL_ROWS];
 
 export function conformanceOf(driver: string, table: readonly DriverConformance[] = DRIVER_CONFORMANCE): DriverConformance | null {
   return table.find((entry) => entry.driver === driver) ?? null;

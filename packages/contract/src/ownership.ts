@@ -72,13 +72,20 @@ export interface SandboxOwnerClaimInput {
 
 export type SandboxOwnerRenewResult = { type: "renewed"; expiresAt: number } | { type: "lost" };
 
-/** Per driver, for `openma doctor` and the environment stats. `orphaned` counts pending and dead-letter orphan records. */
+/**
+ * Per driver, for `openma doctor` and the environment stats. `orphaned` counts pending and dead-letter orphan records;
+ * `pooled` the owned sandboxes still waiting in a warm pool (their scope is a pool scope, docs/warm-pools.md).
+ */
 export interface SandboxDriverStats {
   driver: string;
   owned: number;
   idle: number;
   orphaned: number;
+  pooled: number;
 }
+
+/** Session ids of warm-pool scopes start with this (a real session id never holds a colon). */
+export const WARM_POOL_SESSION_PREFIX = "warm-pool:";
 
 export interface SandboxOwnershipPort {
   /** Records a new owner before its sandbox is started; the lease runs from now. */
@@ -89,6 +96,12 @@ export interface SandboxOwnershipPort {
   renew(input: { id: string; leaseTtlMs: number; signal: AbortSignal }): Promise<SandboxOwnerRenewResult>;
   /** The sandbox is used now: moves its idle deadline. False when the record is gone or no longer live. */
   touch(input: { id: string; idleMs: number; signal: AbortSignal }): Promise<boolean>;
+  /**
+   * A warm pool's sandbox is claimed by a session: moves a live record from its pool scope to the session's scope and
+   * marks it used now. One conditional statement; false when the record is gone or no longer live (a reaper may be
+   * taking it), so the sandbox must not be used.
+   */
+  rebind(input: { id: string; scope: RuntimeResourceScope; idleMs: number; signal: AbortSignal }): Promise<boolean>;
   /** Lets the lease lapse at once (the owner could not kill its sandbox; a reaper will). */
   abandon(input: { id: string; signal: AbortSignal }): Promise<void>;
   /** Deletes the record (its sandbox is gone). */

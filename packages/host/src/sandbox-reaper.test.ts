@@ -53,6 +53,7 @@ function delegate(port: SandboxOwnershipPort, overrides: Partial<SandboxOwnershi
     attach: (i) => port.attach(i),
     renew: (i) => port.renew(i),
     touch: (i) => port.touch(i),
+    rebind: (i) => port.rebind(i),
     abandon: (i) => port.abandon(i),
     release: (i) => port.release(i),
     get: (i) => port.get(i),

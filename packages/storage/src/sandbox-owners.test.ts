@@ -70,8 +70,8 @@ describe.each(BACKENDS)("SQL sandbox ownership on %s", (dialect) => {
     const stale = await owners.listStale({ deployment, driver: "node-docker", limit: 10, signal });
     expect(stale.map((r) => r.id)).toEqual(["sbo_idle"]);
     expect(await owners.stats({ deployment, signal })).toEqual([
-      { driver: "bubblewrap", owned: 1, idle: 1, orphaned: 0 },
-      { driver: "node-docker", owned: 2, idle: 1, orphaned: 0 },
+      { driver: "bubblewrap", owned: 1, idle: 1, orphaned: 0, pooled: 0 },
+      { driver: "node-docker", owned: 2, idle: 1, orphaned: 0, pooled: 0 },
     ]);
     expect(await owners.takeOver({ id: "sbo_idle", signal })).toBe("taken");
     await owners.release({ id: "sbo_live", signal });
@@ -84,7 +84,7 @@ describe.each(BACKENDS)("SQL sandbox ownership on %s", (dialect) => {
     const orphans = new SqlRuntimeOrphanStore(t.storage.db, { clock: new ManualClock() });
     const lease = { provider: "e2b", runtimeId: "sbx_1" };
     await orphans.enqueue({ scope, generation: 1, lease, reason: "lease_lost", error: null, redact: [], signal });
-    expect(await owners.stats({ deployment, signal })).toEqual([{ driver: "e2b", owned: 0, idle: 0, orphaned: 1 }]);
+    expect(await owners.stats({ deployment, signal })).toEqual([{ driver: "e2b", owned: 0, idle: 0, orphaned: 1, pooled: 0 }]);
   });
 
   it("narrows the stats to one environment's sessions", async () => {
@@ -110,13 +110,48 @@ describe.each(BACKENDS)("SQL sandbox ownership on %s", (dialect) => {
       signal,
     });
     expect(await owners.stats({ deployment, environmentId: "env_1", signal })).toEqual([
-      { driver: "node-docker", owned: 1, idle: 0, orphaned: 0 },
+      { driver: "node-docker", owned: 1, idle: 0, orphaned: 0, pooled: 0 },
     ]);
     expect(await owners.stats({ deployment, environmentId: "env_2", signal })).toEqual([
-      { driver: "e2b", owned: 0, idle: 0, orphaned: 1 },
-      { driver: "node-docker", owned: 1, idle: 0, orphaned: 0 },
+      { driver: "e2b", owned: 0, idle: 0, orphaned: 1, pooled: 0 },
+      { driver: "node-docker", owned: 1, idle: 0, orphaned: 0, pooled: 0 },
     ]);
     expect(await owners.stats({ deployment, environmentId: "env_none", signal })).toEqual([]);
+  });
+
+  it("counts warm-pool records as pooled until a session's claim rebinds them; never rebinds a record that is not live", async () => {
+    const { clock, owners, deployment } = await open();
+    const pool = (n: number) => ({ environmentId: "env_1", sessionId: `warm-pool:slot_${n}` });
+    for (const n of [1, 2, 3])
+      await owners.claim({ id: `sbo_pool_${n}`, scope: pool(n), driver: "bubblewrap", deployment, leaseTtlMs: TTL, idleMs: IDLE, signal });
+    expect(await owners.stats({ deployment, environmentId: "env_1", signal })).toEqual([
+      { driver: "bubblewrap", owned: 3, idle: 0, orphaned: 0, pooled: 3 },
+    ]);
+    clock.advance(1_000);
+    expect(await owners.rebind({ id: "sbo_pool_1", scope, idleMs: 5_000, signal })).toBe(true);
+    const [record] = await owners.get({ ids: ["sbo_pool_1"], signal });
+    expect(record).toMatchObject({ scope, idleDeadlineAt: clock.now() + 5_000, lastUsedAt: clock.now() });
+    expect(await owners.stats({ deployment, environmentId: "env_1", signal })).toEqual([
+      { driver: "bubblewrap", owned: 3, idle: 0, orphaned: 0, pooled: 2 },
+    ]);
+    // A lapsed record (a reaper may be taking its sandbox) and a missing one are not rebound.
+    await owners.abandon({ id: "sbo_pool_2", signal });
+    expect(await owners.rebind({ id: "sbo_pool_2", scope, idleMs: 5_000, signal })).toBe(false);
+    expect(await owners.rebind({ id: "sbo_missing", scope, idleMs: 5_000, signal })).toBe(false);
+    await expect(owners.rebind({ id: "sbo_pool_3", scope: { environmentId: "", sessionId: "x" }, idleMs: 5_000, signal })).rejects.toThrow(
+      /scope/,
+    );
+    // A session id holding `%` or `_` is matched literally by nothing: only the prefix counts.
+    await owners.claim({
+      id: "sbo_odd",
+      scope: { environmentId: "env_1", sessionId: "warm_pool:x" },
+      driver: "bubblewrap",
+      deployment,
+      leaseTtlMs: TTL,
+      idleMs: IDLE,
+      signal,
+    });
+    expect((await owners.stats({ deployment, environmentId: "env_1", signal }))[0]).toMatchObject({ owned: 3, pooled: 1 });
   });
 
   it("rejects bad input with a clear error", async () => {

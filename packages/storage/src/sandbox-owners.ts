@@ -9,12 +9,14 @@ import {
   isRuntimeIdentifier,
   isRuntimeResourceScope,
   type ManagedSandboxLease,
+  type RuntimeResourceScope,
   type SandboxDriverStats,
   type SandboxOwnerClaimInput,
   type SandboxOwnerRecord,
   type SandboxOwnerRenewResult,
   type SandboxOwnershipPort,
   sandboxLeaseIssues,
+  WARM_POOL_SESSION_PREFIX,
 } from "@openma/contract";
 import { type Kysely, sql } from "kysely";
 import type { Clock } from "./clock.ts";
@@ -112,6 +114,26 @@ export class SqlSandboxOwnership implements SandboxOwnershipPort {
     return Number(result.numUpdatedRows) > 0;
   }
 
+  async rebind(input: { id: string; scope: RuntimeResourceScope; idleMs: number; signal: AbortSignal }): Promise<boolean> {
+    if (!isRuntimeResourceScope(input.scope)) throw new TypeError("scope: environmentId and sessionId must be non-empty identifiers");
+    assertMs("idleMs", input.idleMs);
+    input.signal.throwIfAborted();
+    const now = this.#clock.now();
+    const result = await this.#db
+      .updateTable("sandbox_owners")
+      .set({
+        environment_id: input.scope.environmentId,
+        session_id: input.scope.sessionId,
+        last_used_at_ms: now,
+        idle_deadline_at_ms: now + input.idleMs,
+      })
+      .where("id", "=", input.id)
+      .where("lease_expires_at_ms", ">", now)
+      .where("idle_deadline_at_ms", ">", now)
+      .executeTakeFirst();
+    return Number(result.numUpdatedRows) > 0;
+  }
+
   async abandon(input: { id: string; signal: AbortSignal }): Promise<void> {
     input.signal.throwIfAborted();
     await this.#db.updateTable("sandbox_owners").set({ lease_expires_at_ms: 0 }).where("id", "=", input.id).execute();
@@ -173,6 +195,10 @@ export class SqlSandboxOwnership implements SandboxOwnershipPort {
         "driver",
         eb.fn.countAll<number>().as("owned"),
         eb.fn.sum<number>(sql<number>`case when ${eb.ref("idle_deadline_at_ms")} <= ${now} then 1 else 0 end`).as("idle"),
+        // A prefix match on a bound parameter: `%` and `_` cannot occur in the constant prefix.
+        eb.fn
+          .sum<number>(sql<number>`case when ${eb.ref("session_id")} like ${`${WARM_POOL_SESSION_PREFIX}%`} then 1 else 0 end`)
+          .as("pooled"),
       ])
       .where("deployment", "=", input.deployment)
       .where("lease_expires_at_ms", ">", now)
@@ -188,9 +214,15 @@ export class SqlSandboxOwnership implements SandboxOwnershipPort {
     }
     const byDriver = new Map<string, SandboxDriverStats>();
     for (const row of await owned.execute())
-      byDriver.set(row.driver, { driver: row.driver, owned: Number(row.owned), idle: Number(row.idle ?? 0), orphaned: 0 });
+      byDriver.set(row.driver, {
+        driver: row.driver,
+        owned: Number(row.owned),
+        idle: Number(row.idle ?? 0),
+        orphaned: 0,
+        pooled: Number(row.pooled ?? 0),
+      });
     for (const row of await orphaned.execute()) {
-      const entry = byDriver.get(row.provider) ?? { driver: row.provider, owned: 0, idle: 0, orphaned: 0 };
+      const entry = byDriver.get(row.provider) ?? { driver: row.provider, owned: 0, idle: 0, orphaned: 0, pooled: 0 };
       entry.orphaned = Number(row.orphaned);
       byDriver.set(row.provider, entry);
     }
