@@ -22,7 +22,7 @@
  * serialized lease.
  */
 import { closeSync, existsSync, mkdirSync, openSync, readdirSync, renameSync, statSync, writeFileSync } from "node:fs";
-import { chmod, chown, mkdir, rm } from "node:fs/promises";
+import { chmod, chown, rm } from "node:fs/promises";
 import type { Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join, posix } from "node:path";
@@ -83,7 +83,20 @@ import {
 import { isSameLiveProcess, killExact, readStat, waitGone } from "./proc.ts";
 import { bubblewrapProcesses } from "./process-port.ts";
 import { seccompProgram } from "./seccomp.ts";
-import { isRuntimeId, PROVIDER, type RuntimeOwner, type RuntimeState, readState, runtimeDir, runtimeIdFor, writeState } from "./state.ts";
+import {
+  isRuntimeId,
+  makeRuntimeDir,
+  makingRuntimeId,
+  PROVIDER,
+  type RuntimeCreator,
+  type RuntimeOwner,
+  type RuntimeState,
+  readCreator,
+  readState,
+  runtimeDir,
+  runtimeIdFor,
+  writeState,
+} from "./state.ts";
 
 export const PROVISION_HINT = "run `npm run provision`";
 
@@ -373,9 +386,7 @@ export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPo
     const signal = input.signal;
     const dir = runtimeDir(this.stateRoot, runtimeId);
     const tmpDir = join(dir, "tmp");
-    await rm(dir, { recursive: true, force: true });
-    await mkdir(tmpDir, { recursive: true, mode: 0o700 });
-    await chmod(dir, 0o711);
+    await makeRuntimeDir(dir, await this.#creator());
     let cgroupDirs: string[] = [];
     let hostUser: { uid: number; gid: number } | null = null;
     let gateway: SandboxEgress | null = null;
@@ -709,9 +720,23 @@ export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPo
       return 0;
     }
     for (const name of names) {
+      if (makingRuntimeId(name) !== null) {
+        // A directory still being made: its creator's pid is in its name (creator.json may not be written yet).
+        const creator = await readCreator(join(this.stateRoot, name));
+        const alive = creator
+          ? await isSameLiveProcess(creator.pid, creator.start)
+          : (await readStat(Number(name.split("-").pop()))) !== null;
+        if (!alive) await rm(join(this.stateRoot, name), { recursive: true, force: true });
+        continue;
+      }
       if (!isRuntimeId(name) || this.#live.has(name)) continue;
       const state = await readState(runtimeDir(this.stateRoot, name));
       if (state !== null && (await isSameLiveProcess(state.initPid, state.initStart))) continue;
+      if (state === null) {
+        // No state yet: a start in progress while its creator lives (in this process or another sharing the root).
+        const creator = await readCreator(runtimeDir(this.stateRoot, name));
+        if (creator !== null && (await isSameLiveProcess(creator.pid, creator.start))) continue;
+      }
       await this.#locked(name, async () => {
         if (state !== null) await this.#destroy(state);
         else await rm(runtimeDir(this.stateRoot, name), { recursive: true, force: true });
@@ -720,6 +745,17 @@ export class BubblewrapSandbox implements ManagedSandboxPort, SandboxInventoryPo
     }
     await clearStaleHostUids(this.stateRoot);
     return removed;
+  }
+
+  #self: Promise<RuntimeCreator> | null = null;
+
+  /** This process as a runtime directory's creator (pid and start time, so a reused pid is not taken for it). */
+  #creator(): Promise<RuntimeCreator> {
+    this.#self ??= readStat(process.pid).then((stat) => {
+      if (stat === null) throw new Error("cannot read this process's own /proc entry");
+      return { pid: process.pid, start: stat.startTime };
+    });
+    return this.#self;
   }
 
   /** Terminates every runtime this instance started (for shutdown and tests). */

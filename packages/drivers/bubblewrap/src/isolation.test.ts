@@ -5,7 +5,7 @@
  * skips, when it is missing.
  */
 import { execFileSync } from "node:child_process";
-import { copyFileSync, mkdirSync, readFileSync, realpathSync, statSync } from "node:fs";
+import { copyFileSync, mkdirSync, readdirSync, readFileSync, realpathSync, statSync, writeFileSync } from "node:fs";
 import { readlink, rm, stat } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { ManagedSandboxLease, ToolSandboxPort } from "@openma/contract";
@@ -270,6 +270,30 @@ describe("lifecycle edges", () => {
     const other = track(new BubblewrapSandbox({ stateRoot: join(root, "state") }));
     expect(await other.reapLeftovers()).toBeGreaterThanOrEqual(1);
     expect(() => statSync(join(root, "state", lease.runtimeId))).toThrow();
+  });
+
+  it("reapLeftovers keeps a start in progress in another process and removes what a dead process left half made", async () => {
+    const stateRoot = join(root, "state-starts");
+    const other = track(new BubblewrapSandbox({ stateRoot }));
+    // A process that has exited: its pid and start time as a creator that is gone.
+    const gone = execFileSync("sh", ["-c", "echo $$; cat /proc/$$/stat"], { encoding: "utf8" }).split("\n");
+    const deadPid = Number(gone[0]);
+    const deadStart = Number((gone[1] ?? "").slice((gone[1] ?? "").lastIndexOf(")") + 2).split(" ")[19]);
+    const self = await readStat(process.pid);
+    const made = (name: string, creator: { pid: number; start: number } | null) => {
+      mkdirSync(join(stateRoot, name, "tmp"), { recursive: true });
+      if (creator) writeFileSync(join(stateRoot, name, "creator.json"), JSON.stringify(creator));
+    };
+    const live = `bwrap-${"a".repeat(32)}`;
+    const dead = `bwrap-${"b".repeat(32)}`;
+    const legacy = `bwrap-${"c".repeat(32)}`;
+    made(live, { pid: process.pid, start: self?.startTime ?? -1 });
+    made(dead, { pid: deadPid, start: deadStart });
+    made(legacy, null);
+    made(`bwrap-${"d".repeat(32)}.making-${process.pid}`, null);
+    made(`bwrap-${"e".repeat(32)}.making-${deadPid}`, null);
+    await other.reapLeftovers();
+    expect(readdirSync(stateRoot).sort()).toEqual([live, `bwrap-${"d".repeat(32)}.making-${process.pid}`]);
   });
 
   it("refuses unusable bindings and a missing bwrap with a reason, without starting anything", async () => {

@@ -5,7 +5,7 @@
  * their start times and host paths; never a credential.
  */
 import { createHash } from "node:crypto";
-import { readFile, rename, writeFile } from "node:fs/promises";
+import { chmod, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { canonicalJson, type RuntimeResourceScope, runtimeScopeKey } from "@openma/contract";
 
@@ -61,6 +61,47 @@ export function isRuntimeId(value: unknown): value is string {
 
 export function runtimeDir(stateRoot: string, runtimeId: string): string {
   return join(stateRoot, runtimeId);
+}
+
+/** The process that made a runtime directory: it is still starting the runtime while it lives and no state exists. */
+export interface RuntimeCreator {
+  pid: number;
+  start: number;
+}
+
+const CREATOR_FILE = "creator.json";
+/** A runtime directory being made: named so only the reaper's creator check ever looks at it. */
+const MAKING = /^(bwrap-[0-9a-f]{32})\.making-\d+$/;
+
+/**
+ * Makes the runtime directory (with `tmp/` inside) so that it never exists
+ * without its creator: both are written under a temporary name first and the
+ * directory is renamed into place, so another process's reaper (which removes
+ * a stateless directory whose creator is gone) can never see it creatorless
+ * and remove it from under a start still in progress.
+ */
+export async function makeRuntimeDir(dir: string, creator: RuntimeCreator): Promise<void> {
+  const making = `${dir}.making-${process.pid}`;
+  await rm(making, { recursive: true, force: true });
+  await mkdir(join(making, "tmp"), { recursive: true, mode: 0o700 });
+  await chmod(making, 0o711);
+  await writeFile(join(making, CREATOR_FILE), JSON.stringify(creator), { mode: 0o600 });
+  await rm(dir, { recursive: true, force: true });
+  await rename(making, dir);
+}
+
+export async function readCreator(dir: string): Promise<RuntimeCreator | null> {
+  try {
+    const value = JSON.parse(await readFile(join(dir, CREATOR_FILE), "utf8")) as Partial<RuntimeCreator>;
+    return isPid(value.pid) && typeof value.start === "number" ? { pid: value.pid, start: value.start } : null;
+  } catch {
+    return null;
+  }
+}
+
+/** The runtime id a directory of a start in progress (or one its creator abandoned) belongs to, or null. */
+export function makingRuntimeId(name: string): string | null {
+  return MAKING.exec(name)?.[1] ?? null;
 }
 
 export async function writeState(dir: string, state: RuntimeState): Promise<void> {
