@@ -39,9 +39,9 @@ describe("docs/sandboxes.md", () => {
 
   it("refuses to render an inconsistent table", () => {
     const lying = DRIVER_CONFORMANCE.map((entry) =>
-      entry.driver === "gke-agent-sandbox" ? { ...entry, capabilities: { ...entry.capabilities, lanes: ["ama_worker" as const] } } : entry,
+      entry.driver === "aws-microvm" ? { ...entry, capabilities: { ...entry.capabilities, lanes: ["ama_worker" as const] } } : entry,
     );
-    expect(() => renderSandboxesDoc(lying)).toThrow(/gke-agent-sandbox: not implemented but its capabilities claim something/);
+    expect(() => renderSandboxesDoc(lying)).toThrow(/aws-microvm: not implemented but its capabilities claim something/);
   });
 });
 

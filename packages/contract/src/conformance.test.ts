@@ -120,14 +120,14 @@ describe("the conformance table", () => {
     const bubblewrap = conformanceOf("bubblewrap") as DriverConformance;
     const lying: DriverConformance[] = [
       {
-        ...(conformanceOf("gke-agent-sandbox") as DriverConformance),
-        capabilities: { ...claimsNothing("gke-agent-sandbox"), lanes: ["ama_worker"] },
+        ...(conformanceOf("aws-microvm") as DriverConformance),
+        capabilities: { ...claimsNothing("aws-microvm"), lanes: ["ama_worker"] },
       },
       { ...bubblewrap, capabilities: { ...bubblewrap.capabilities, provider: "docker" } },
       { ...bubblewrap, driver: "bubblewrap" },
     ];
     expect(conformanceIssues(lying)).toEqual([
-      "gke-agent-sandbox: not implemented but its capabilities claim something",
+      "aws-microvm: not implemented but its capabilities claim something",
       "bubblewrap: capabilities.provider is docker",
       "bubblewrap: duplicate entry",
     ]);
@@ -201,9 +201,9 @@ describe("admissionFor", () => {
   });
 
   it("refuses unbuilt and unknown drivers as values, whatever the profile", () => {
-    expect(admissionFor("gke-agent-sandbox", profile())).toMatchObject({
+    expect(admissionFor("aws-microvm", profile())).toMatchObject({
       type: "unavailable",
-      driver: "gke-agent-sandbox",
+      driver: "aws-microvm",
       reason: "not_implemented",
     });
     const unknown = admissionFor("nope", profile());
