@@ -2,7 +2,8 @@
 # Installs and starts what the local sandbox drivers need: bubblewrap, the
 # Docker Engine (docker.io + dockerd), debootstrap and busybox-static for the
 # image builder, iproute2 for network checks, and Debian's chromium for the
-# console's browser test (test/console), and tmux for the CLI's terminal test (test/cli).
+# console's browser test (test/console), and tmux for the CLI's terminal test (test/cli),
+# and Debian's kubectl (kubernetes-client), the second client of the Kubernetes stand-in's tests.
 #
 # Idempotent: packages already installed are not touched (and `apt-get update`
 # runs only when an install needs it); a dockerd that already answers is left
@@ -184,7 +185,36 @@ start_docker() {
   log "dockerd up: $(as_root docker info --format '{{.ServerVersion}}') storage=$actual (recorded in $STATE_DIR/docker-storage-driver)"
 }
 
+# Debian's kubectl. Where another package already owns /usr/bin/kubectl (the
+# Cloud SDK's), dpkg refuses the file conflict, so the Debian package is
+# unpacked under $STATE_DIR instead of replacing that one; tests look there
+# first (packages/standins/kubernetes/src/kubectl.ts).
+KUBECTL_DIR="$STATE_DIR/kubernetes-client"
+install_kubectl() {
+  local status tmp
+  status="$(dpkg-query -W -f='${db:Status-Status}' kubernetes-client 2>/dev/null || true)"
+  if [ "$status" = "installed" ] || [ -x "$KUBECTL_DIR/usr/bin/kubectl" ]; then
+    log "kubectl (kubernetes-client) present"
+    return 0
+  fi
+  if ! dpkg -S /usr/bin/kubectl >/dev/null 2>&1; then
+    PACKAGES=(kubernetes-client)
+    install_packages
+    return 0
+  fi
+  log "unpacking kubernetes-client under $KUBECTL_DIR (/usr/bin/kubectl belongs to $(dpkg -S /usr/bin/kubectl | cut -d: -f1))"
+  tmp="$(mktemp -d)"
+  if ! (cd "$tmp" && apt-get download -q kubernetes-client); then
+    as_root apt-get update -q
+    (cd "$tmp" && apt-get download -q kubernetes-client)
+  fi
+  as_root mkdir -p "$KUBECTL_DIR"
+  as_root dpkg-deb -x "$tmp"/kubernetes-client_*.deb "$KUBECTL_DIR"
+  rm -rf "$tmp"
+}
+
 install_packages
+if [ "$WITH_DOCKER" -eq 1 ]; then install_kubectl; fi
 if [ "$WITH_DOCKER" -eq 1 ]; then start_docker; fi
 log "bwrap: $(bwrap --version 2>/dev/null || echo missing)"
 log "done"

@@ -8,6 +8,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { composeCapabilities } from "@openma/contract";
 import { conformanceOf, DRIVER_CONFORMANCE, type DriverConformance } from "@openma/contract/conformance";
+import { unbuilt as unbuiltRow } from "@openma/contract/conformance/rows";
 import { BLAXEL_SANDBOX_CAPABILITIES } from "@openma/driver-blaxel";
 import { BubblewrapSandbox } from "@openma/driver-bubblewrap";
 import { DAYTONA_SANDBOX_CAPABILITIES } from "@openma/driver-daytona";
@@ -38,10 +39,9 @@ describe("docs/sandboxes.md", () => {
   });
 
   it("refuses to render an inconsistent table", () => {
-    const lying = DRIVER_CONFORMANCE.map((entry) =>
-      entry.driver === "gke-agent-sandbox" ? { ...entry, capabilities: { ...entry.capabilities, lanes: ["ama_worker" as const] } } : entry,
-    );
-    expect(() => renderSandboxesDoc(lying)).toThrow(/gke-agent-sandbox: not implemented but its capabilities claim something/);
+    const unbuilt = unbuiltRow("next-driver", "vm", "an unbuilt row", null);
+    const lying = [...DRIVER_CONFORMANCE, { ...unbuilt, capabilities: { ...unbuilt.capabilities, lanes: ["ama_worker" as const] } }];
+    expect(() => renderSandboxesDoc(lying)).toThrow(/next-driver: not implemented but its capabilities claim something/);
   });
 });
 

@@ -123,14 +123,14 @@ describe("the conformance table", () => {
     const bubblewrap = conformanceOf("bubblewrap") as DriverConformance;
     const lying: DriverConformance[] = [
       {
-        ...(conformanceOf("gke-agent-sandbox") as DriverConformance),
-        capabilities: { ...claimsNothing("gke-agent-sandbox"), lanes: ["ama_worker"] },
+        ...unbuiltRow("aws-microvm", "vm", "an unbuilt row", null),
+        capabilities: { ...claimsNothing("aws-microvm"), lanes: ["ama_worker"] },
       },
       { ...bubblewrap, capabilities: { ...bubblewrap.capabilities, provider: "docker" } },
       { ...bubblewrap, driver: "bubblewrap" },
     ];
     expect(conformanceIssues(lying)).toEqual([
-      "gke-agent-sandbox: not implemented but its capabilities claim something",
+      "aws-microvm: not implemented but its capabilities claim something",
       "bubblewrap: capabilities.provider is docker",
       "bubblewrap: duplicate entry",
     ]);
@@ -204,9 +204,11 @@ describe("admissionFor", () => {
   });
 
   it("refuses unbuilt and unknown drivers as values, whatever the profile", () => {
-    expect(admissionFor("gke-agent-sandbox", profile())).toMatchObject({
+    // Every seed driver is built now: an unbuilt row of the same shape stands in for the next one.
+    const table = [...DRIVER_CONFORMANCE, unbuiltRow("next-driver", "vm", "an unbuilt row", null)];
+    expect(admissionFor("next-driver", profile(), table)).toMatchObject({
       type: "unavailable",
-      driver: "gke-agent-sandbox",
+      driver: "next-driver",
       reason: "not_implemented",
     });
     const unknown = admissionFor("nope", profile());

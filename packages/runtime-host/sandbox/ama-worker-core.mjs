@@ -65,6 +65,14 @@ async function main(loadSdk) {
     ...(typeof launch.maxIdleMs === "number" ? { maxIdleMs: launch.maxIdleMs } : {}),
     ...(launch.memorySync === false ? { memorySyncIntervalMs: null } : {}),
   });
+  if (launch.ack === true) {
+    // A dispatched item (GKE dispatch, docs/dispatch.md) arrives unacknowledged: the worker takes it by
+    // acknowledging it with the item's own sessions token, so the dispatcher never holds its lease.
+    const secret = JSON.parse(Buffer.from(vars.ANTHROPIC_WORK_SECRET.replace(/-/g, "+").replace(/_/g, "/"), "base64").toString("utf8"));
+    await client
+      .withOptions({ authToken: secret.sessions_token })
+      .beta.environments.work.ack(vars.ANTHROPIC_WORK_ID, { environment_id: vars.ANTHROPIC_ENVIRONMENT_ID });
+  }
   const stop = new AbortController();
   process.once("SIGTERM", () => stop.abort());
   await worker.handleItem({
