@@ -15,60 +15,17 @@
  * direct route exists; and the secret is nowhere the sandbox can read.
  */
 
-import { mkdtemp, rm } from "node:fs/promises";
-import http from "node:http";
-import https from "node:https";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { CloudflareContainerStandIn } from "@openma/cloudflare-worker/standin/container";
-import { LEAK_SCAN, limitedProbe, PROBE, startTestUpstreams, type TestUpstreams, testSecret } from "@openma/egress/testing";
-import { build } from "esbuild";
-import { Miniflare } from "miniflare";
+import { startWorkerInWorkerd, type WorkerInWorkerd } from "@openma/cloudflare-worker/standin/workerd";
+import { LEAK_SCAN, limitedProbe, PROBE, startTestUpstreams, type TestUpstreams, testSecret, upstreamFetch } from "@openma/egress/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
-const API_KEY = `key-${Math.random().toString(36).slice(2)}`;
-const PACKAGE = join(import.meta.dirname, "../../packages/cloudflare-worker");
-
 let upstreams: TestUpstreams;
-let standin: CloudflareContainerStandIn;
-let mf: Miniflare;
+let worker: WorkerInWorkerd;
 let workerUrl: string;
-let outDir: string;
 const secret = testSecret();
 
-/** The internet as the Worker's `fetch` sees it: the stand-in, and the test upstreams by name with their CA trusted. */
-async function internet(request: Request): Promise<Response> {
-  const url = new URL(request.url);
-  const body = request.method === "GET" || request.method === "HEAD" ? undefined : Buffer.from(await request.arrayBuffer());
-  if (url.origin === standin.url) {
-    const res = await fetch(url, { method: request.method, headers: request.headers, body });
-    return new Response(res.body, { status: res.status, headers: res.headers });
-  }
-  const [address] = await upstreams.lookup(url.hostname);
-  const secure = url.protocol === "https:";
-  return new Promise((resolve, reject) => {
-    const req = (secure ? https : http).request(
-      {
-        host: address,
-        port: Number(url.port || (secure ? 443 : 80)),
-        path: `${url.pathname}${url.search}`,
-        method: request.method,
-        headers: Object.fromEntries(request.headers),
-        ...(secure ? { servername: url.hostname, ca: [upstreams.caPem] } : {}),
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on("data", (c: Buffer) => chunks.push(c));
-        res.on("end", () => resolve(new Response(Buffer.concat(chunks), { status: res.statusCode ?? 502 })));
-      },
-    );
-    req.on("error", reject);
-    req.end(body);
-  });
-}
-
 function api(path: string, init: RequestInit = {}): Promise<Response> {
-  return fetch(`${workerUrl}${path}`, { ...init, headers: { authorization: `Bearer ${API_KEY}`, ...init.headers } });
+  return fetch(`${workerUrl}${path}`, { ...init, headers: { authorization: `Bearer ${worker.apiKey}`, ...init.headers } });
 }
 
 /** Runs argv through the bridge's exec route; returns stdout and the exit code from its SSE stream. */
@@ -94,55 +51,13 @@ async function exec(id: string, session: string, argv: string[]): Promise<{ stdo
 
 beforeAll(async () => {
   upstreams = await startTestUpstreams();
-  outDir = await mkdtemp(join(tmpdir(), "openma-cf-worker-"));
-  // Bundled the way wrangler bundles a Worker (workerd conditions, cloudflare: and node: left to the runtime).
-  await build({
-    entryPoints: [join(PACKAGE, "worker/standin.ts")],
-    outfile: join(outDir, "index.js"),
-    bundle: true,
-    format: "esm",
-    platform: "neutral",
-    target: "es2022",
-    conditions: ["workerd", "worker", "browser"],
-    mainFields: ["module", "main"],
-    external: ["cloudflare:*", "node:*"],
-    // As wrangler does: the SDK keys its outbound handler registry by class name.
-    keepNames: true,
-    logLevel: "silent",
-  });
-  standin = new CloudflareContainerStandIn({
-    dispatch: (request) => {
-      const url = new URL(request.url);
-      return fetch(`${workerUrl}${url.pathname}`, {
-        method: request.method,
-        headers: request.headers,
-        body: request.body,
-        duplex: "half",
-      } as RequestInit);
-    },
-  });
-  await standin.start();
-  mf = new Miniflare({
-    modules: true,
-    scriptPath: join(outDir, "index.js"),
-    modulesRoot: outDir,
-    compatibilityDate: "2026-07-30",
-    compatibilityFlags: ["nodejs_compat"],
-    durableObjects: {
-      Sandbox: { className: "OpenmaSandbox", useSQLite: true },
-      WarmPool: { className: "WarmPool", useSQLite: true },
-    },
-    bindings: { SANDBOX_API_KEY: API_KEY, CONTAINER_STANDIN_URL: standin.url, SANDBOX_LOG_LEVEL: "error" },
-    outboundService: internet as never,
-  });
-  workerUrl = (await mf.ready).origin;
+  worker = await startWorkerInWorkerd({ internet: (request) => upstreamFetch(upstreams, request) });
+  workerUrl = worker.url;
 }, 180_000);
 
 afterAll(async () => {
-  await mf?.dispose();
-  await standin?.close();
+  await worker?.close();
   await upstreams?.close();
-  if (outDir) await rm(outDir, { recursive: true, force: true });
 });
 
 describe("cloudflare Worker: credential egress enforced in the outbound handler", () => {
@@ -206,9 +121,9 @@ describe("cloudflare Worker: credential egress enforced in the outbound handler"
     expect(scan.stdout).not.toContain(secret);
     expect(scan.stdout).not.toContain("PRIVATE KEY");
     // What the Durable Object handed the container: placeholders, never the secret; and it went through the SDK's container API.
-    expect(JSON.stringify(standin.environments())).toContain(placeholder);
-    expect(JSON.stringify(standin.environments())).not.toContain(secret);
-    expect(standin.requests.some((r) => r.path.endsWith("/port/3000/api/execute/stream"))).toBe(true);
+    expect(JSON.stringify(worker.containers.environments())).toContain(placeholder);
+    expect(JSON.stringify(worker.containers.environments())).not.toContain(secret);
+    expect(worker.containers.requests.some((r) => r.path.endsWith("/port/3000/api/execute/stream"))).toBe(true);
 
     // The bridge's file routes reach the same container (through the SDK's /api/write and /api/read/stream).
     const put = await api(`/v1/sandbox/${id}/file/workspace/note.bin`, { method: "PUT", body: new Uint8Array([0, 1, 2, 255]) });
@@ -218,6 +133,6 @@ describe("cloudflare Worker: credential egress enforced in the outbound handler"
 
     const gone = await api(`/v1/sandbox/${id}`, { method: "DELETE" });
     expect(gone.status).toBeLessThan(300);
-    expect(await standin.boxes.containers()).toEqual([]);
+    expect(await worker.containers.boxes.containers()).toEqual([]);
   }, 180_000);
 });

@@ -11,6 +11,8 @@ import { conformanceOf, DRIVER_CONFORMANCE, type DriverConformance } from "@open
 import { unbuilt as unbuiltRow } from "@openma/contract/conformance/rows";
 import { BLAXEL_SANDBOX_CAPABILITIES } from "@openma/driver-blaxel";
 import { BubblewrapSandbox } from "@openma/driver-bubblewrap";
+import { CLOUDFLARE_SANDBOX_CAPABILITIES } from "@openma/driver-cloudflare";
+import { CLOUDFLARE_BRIDGE_SANDBOX_CAPABILITIES } from "@openma/driver-cloudflare-bridge";
 import { DAYTONA_SANDBOX_CAPABILITIES } from "@openma/driver-daytona";
 import { E2B_SANDBOX_CAPABILITIES } from "@openma/driver-e2b";
 import { MODAL_SANDBOX_CAPABILITIES } from "@openma/driver-modal";
@@ -76,6 +78,8 @@ describe("the table against the drivers it describes", () => {
     ["superserve", SUPERSERVE_SANDBOX_CAPABILITIES],
     // No streaming stdin: the `ama_worker` lane only.
     ["vercel", VERCEL_SANDBOX_CAPABILITIES, ["ama_worker"]],
+    ["cloudflare-bridge", CLOUDFLARE_BRIDGE_SANDBOX_CAPABILITIES, ["ama_worker"]],
+    ["cloudflare", CLOUDFLARE_SANDBOX_CAPABILITIES, ["ama_worker"]],
   ] as const)(
     "%s: the table says what the driver and the remote workspace and output ports declare",
     (driver, declared, lanes?: readonly ("ama_worker" | "openma_supervised")[]) => {

@@ -16,6 +16,7 @@
 import { readFileSync } from "node:fs";
 import type { Logger } from "@openma/api";
 import type { CredentialEgressPort, RuntimeResourceScope } from "@openma/contract";
+import type { CloudflareEgressOptions } from "@openma/driver-cloudflare";
 import { type EnvironmentNetworking, GatewayEgressPort, type SandboxEgressConfig } from "@openma/egress";
 import { loadContext } from "@openma/harness/context";
 import { SessionCredentials } from "@openma/harness/server-tools/vault-credentials";
@@ -156,4 +157,18 @@ export function serveEgressPort(
     upstreamCa,
     onAudit: (event) => deps.logger.info({ ...event, audit: event.type }, "egress"),
   });
+}
+
+/**
+ * The same per-session egress for a cloud driver that enforces it at the
+ * provider (`cloudflare`: our Worker substitutes the credentials, ADR
+ * 0019), or undefined when the operator turned egress off (the driver then
+ * lets nothing out of its sandboxes).
+ */
+export function cloudEgress(
+  settings: EgressSettings,
+  deps: { storage: Storage; secrets?: SecretBox | undefined; logger: Logger },
+): CloudflareEgressOptions | undefined {
+  if (!settings.enabled) return undefined;
+  return { egressConfig: ({ scope }) => sessionEgressConfig(deps, scope), packageManagerHosts: settings.packageManagerHosts };
 }

@@ -212,3 +212,25 @@ describe("the cloudflare-bridge driver against its stand-in", () => {
     expect(standIn.live()).toBe(0);
   });
 });
+
+describe("the cloudflare driver against the bridge stand-in with our Worker's egress route", () => {
+  let standIn: CloudStandIn;
+  beforeAll(async () => {
+    standIn = (await startStandIn("cloudflare", { PORT: "0" })) as CloudStandIn;
+  });
+  afterAll(async () => {
+    await standIn?.close();
+  });
+
+  it("is configured by CLOUDFLARE_WORKER_URL and SANDBOX_API_KEY, and doctor reaches the Worker or says the key is wrong", async () => {
+    expect(missingVariables("cloudflare", {})).toEqual(["CLOUDFLARE_WORKER_URL", "SANDBOX_API_KEY"]);
+    expect(loadConfig({ OPENMA_SANDBOX: "cloudflare" }).brain.sandbox).toBe("cloudflare");
+    expect(describeStandIn(standIn)).toContain(`export CLOUDFLARE_WORKER_URL=${standIn.url}`);
+    // The shared SANDBOX_API_KEY alone does not make doctor check the other Cloudflare driver.
+    const reached = await checkRemoteSandboxes({ OPENMA_SANDBOX: "cloudflare", ...standIn.env }, 5_000);
+    expect(reached).toMatchObject([{ id: "sandbox:cloudflare", status: "ok", facts: { owned: 0 } }]);
+    const wrong = await checkRemoteSandboxes({ ...standIn.env, SANDBOX_API_KEY: "wrong-key" }, 5_000);
+    expect(wrong).toMatchObject([{ id: "sandbox:cloudflare", status: "warn" }]);
+    expect(standIn.live()).toBe(0);
+  });
+});

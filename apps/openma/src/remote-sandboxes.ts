@@ -10,6 +10,7 @@
  * and one row here.
  */
 import type { Logger } from "@openma/api";
+import type { CloudflareEgressOptions } from "@openma/driver-cloudflare";
 import type { RemoteRuntimeHostDriver, RemoteSandboxDriver } from "@openma/runtime-host";
 import type { DoctorCheck } from "./doctor.ts";
 import { type SandboxBackend, type ServeSandboxes, type ServeSandboxOptions, sessionSandboxes } from "./sandbox.ts";
@@ -25,6 +26,7 @@ export const REMOTE_SANDBOX_DRIVERS = [
   "boxrun",
   "litebox",
   "cloudflare-bridge",
+  "cloudflare",
 ] as const;
 export type RemoteSandboxName = (typeof REMOTE_SANDBOX_DRIVERS)[number];
 
@@ -38,6 +40,8 @@ export interface RemoteDriverOptions {
   /** Labels on every runtime it creates (a runtime host's identity). */
   labels?: Readonly<Record<string, string>>;
   namePrefix?: string;
+  /** A session's egress, for the one driver that enforces it at the provider (`cloudflare`); the others ignore it. */
+  egress?: CloudflareEgressOptions;
 }
 
 interface RemoteDriverRow {
@@ -45,6 +49,8 @@ interface RemoteDriverRow {
   /** Variables that must be set (one of each group). */
   required: readonly (readonly string[])[];
   optional: readonly string[];
+  /** The variables whose presence means the driver is in use (default: all of the above); for variables two drivers share. */
+  detectedBy?: readonly string[];
   open(env: Env, options: RemoteDriverOptions): Promise<RemoteSandboxDriver>;
   /** The doctor's own check, instead of a listing; such a driver is checked only when selected. */
   check?(env: Env): Promise<DoctorCheck>;
@@ -173,9 +179,22 @@ export const REMOTE_DRIVERS: Record<RemoteSandboxName, RemoteDriverRow> = {
     // The bridge Worker's origin and the Bearer token it was deployed with.
     required: [["CLOUDFLARE_BRIDGE_URL"], ["SANDBOX_API_KEY"]],
     optional: [],
+    // SANDBOX_API_KEY is also the cloudflare driver's.
+    detectedBy: ["CLOUDFLARE_BRIDGE_URL"],
     async open(env, options) {
       const { cloudflareBridgeConfigFromEnv, createCloudflareBridgeDriver } = await import("@openma/driver-cloudflare-bridge");
       return createCloudflareBridgeDriver(configured(cloudflareBridgeConfigFromEnv(env)), options);
+    },
+  },
+  cloudflare: {
+    title: "Cloudflare (OpenMA's Worker)",
+    // Our Worker's origin (packages/cloudflare-worker, docs/cloudflare-worker.md) and the Bearer token it was deployed with.
+    required: [["CLOUDFLARE_WORKER_URL"], ["SANDBOX_API_KEY"]],
+    optional: [],
+    detectedBy: ["CLOUDFLARE_WORKER_URL"],
+    async open(env, options) {
+      const { cloudflareConfigFromEnv, createCloudflareDriver } = await import("@openma/driver-cloudflare");
+      return createCloudflareDriver(configured(cloudflareConfigFromEnv(env)), options);
     },
   },
 };
@@ -201,9 +220,15 @@ export function openRemoteDriver(name: RemoteSandboxName, env: Env, options: Rem
 export async function openRemoteServeSandboxes(
   name: RemoteSandboxName,
   env: Env,
-  options: Pick<ServeSandboxOptions, "dataDir" | "logger" | "scheduler" | "idleMs" | "ownership" | "instrument" | "warmPools">,
+  options: Pick<ServeSandboxOptions, "dataDir" | "logger" | "scheduler" | "idleMs" | "ownership" | "instrument" | "warmPools"> & {
+    egress?: CloudflareEgressOptions | undefined;
+  },
 ): Promise<ServeSandboxes> {
-  const driver = await openRemoteDriver(name, env, { namePrefix: "openma-serve", labels: options.ownership?.labels });
+  const driver = await openRemoteDriver(name, env, {
+    namePrefix: "openma-serve",
+    labels: options.ownership?.labels,
+    egress: options.egress,
+  });
   const backend: SandboxBackend = { name, sandbox: driver, toolSandbox: (lease) => driver.toolSandbox(lease), needsTraversal: false };
   options.logger.info({ sandbox: name }, "sandbox tools run in per-session cloud sandboxes");
   const sandboxes = sessionSandboxes(backend, options);
@@ -218,7 +243,12 @@ export async function openRemoteServeSandboxes(
 
 /** The runtime host's driver for a cloud provider; its workers reach the control plane at `workerApiUrl`. */
 export function remoteRuntimeHostDriver(name: RemoteSandboxName, env: Env, workerApiUrl: string): RemoteRuntimeHostDriver {
-  return { type: "remote", name, workerApiUrl, open: (labels) => openRemoteDriver(name, env, { labels, namePrefix: "openma-rh" }) };
+  // Where egress is enforced (cloudflare), the worker inside must still reach the control plane; nothing else, no credential yet.
+  const controlPlane = new URL(workerApiUrl).hostname;
+  const egress: CloudflareEgressOptions = {
+    egressConfig: async () => ({ networking: { type: "limited", allowed_hosts: [controlPlane] }, credentials: [] }),
+  };
+  return { type: "remote", name, workerApiUrl, open: (labels) => openRemoteDriver(name, env, { labels, namePrefix: "openma-rh", egress }) };
 }
 
 /**
@@ -231,7 +261,7 @@ export async function checkRemoteSandboxes(env: Env, timeoutMs: number, logger?:
   const checks: DoctorCheck[] = [];
   for (const name of REMOTE_SANDBOX_DRIVERS) {
     const row = REMOTE_DRIVERS[name];
-    const present = row.check === undefined && [...row.required.flat(), ...row.optional].some((v) => env[v]);
+    const present = row.check === undefined && (row.detectedBy ?? [...row.required.flat(), ...row.optional]).some((v) => env[v]);
     if (!selected.has(name) && !present) continue;
     const id = `sandbox:${name}` as const;
     const disables = [`OPENMA_SANDBOX=${name}`];

@@ -39,6 +39,7 @@ import {
   WORKSPACE_MOUNT_PATH,
 } from "@openma/contract";
 import { installSessionError, packagesOf } from "@openma/driver-kit/env-packages";
+import { plannedLeaseOf } from "@openma/driver-kit/remote";
 import { NO_SANDBOX_DRIVER } from "@openma/harness";
 import { realScheduler, type Scheduler } from "@openma/time";
 import type { WarmPoolStats, WarmPoolTargets } from "@openma/warm-pool";
@@ -501,7 +502,12 @@ export function sessionSandboxes(
     const prepared = backend.prepare ? await backend.prepare(request, context) : {};
     if ("reason" in prepared) return prepared;
     const dirs = await sessionDirs(options.dataDir, request.sessionId, backend.needsTraversal);
-    const result = await (prepared.sandbox ?? backend.sandbox).acquire({
+    const sandbox = prepared.sandbox ?? backend.sandbox;
+    // A provider the reaper cannot list (the Cloudflare bridge): the record names the runtime before it exists (ADR 0028).
+    const planned = plannedLeaseOf(sandbox, { scope, fence, idempotencyKey: fence.ownerId });
+    if (owner !== null && planned !== null && !(await owner.attach(planned)))
+      return { reason: `the session's ${backend.name} sandbox lost its owner record while starting; the next tool call starts another` };
+    const result = await sandbox.acquire({
       scope,
       fence,
       plan: planFor(backend.name),

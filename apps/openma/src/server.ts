@@ -22,7 +22,7 @@ import pino from "pino";
 import { ensureAdminKey } from "./admin-key.ts";
 import { startAutomation } from "./automation.ts";
 import type { ServerConfig } from "./config.ts";
-import { serveEgressPort } from "./egress.ts";
+import { cloudEgress, serveEgressPort } from "./egress.ts";
 import { meteredBackend, meteredModel, serveMetrics, workerMetrics } from "./metrics.ts";
 import { dockerEngineCheck, mountOps, type ReadinessCheck, readiness, storageChecks } from "./ops.ts";
 import { hostProvisioner } from "./provision.ts";
@@ -294,7 +294,7 @@ async function startBrain(
   // Local sandboxes' only way out: one gateway each, configured per session from storage (egress.ts).
   const egress = serveEgressPort(config.brain.egress, { storage: deps.storage, secrets: deps.secrets, logger: deps.logger });
   const sandboxes = isRemoteSandbox(choice)
-    ? await openRemoteServeSandboxes(choice, process.env, common)
+    ? await openRemoteServeSandboxes(choice, process.env, { ...common, egress: cloudEgress(config.brain.egress, deps) })
     : await openServeSandboxes({ choice, ...common, probes, provisioner, egress, registries: config.brain.registries });
   const unmetered = createAnthropicModel({ baseURL: config.model.baseUrl, apiKey: config.model.apiKey });
   const model = metrics ? meteredModel(unmetered, metrics, tracer) : unmetered;

@@ -27,6 +27,8 @@ const STARTERS: Record<
   superserve: async (o) => (await import("@openma/standin-superserve")).startSuperserveStandIn(o),
   boxrun: async (o) => (await import("@openma/standin-boxrun")).startBoxRunStandIn(o),
   "cloudflare-bridge": async (o) => (await import("@openma/standin-cloudflare-bridge")).startCloudflareBridgeStandIn(o),
+  // The bridge routes plus our Worker's egress route; the egress is stored, not enforced (the real Worker's is, in workerd).
+  cloudflare: async (o) => (await import("@openma/standin-cloudflare-bridge")).startCloudflareWorkerStandIn(o),
 };
 
 export const STANDIN_USAGE = `usage: openma standin <${Object.keys(STARTERS).join("|")}>  (PORT, HOST, STANDIN_API_KEY)`;

@@ -59,9 +59,14 @@ describe("the conformance table", () => {
     }
   });
 
-  it("keeps the upstream picture for unbuilt drivers: credential egress is enforced only on cloudflare", () => {
+  it("keeps the upstream picture: of the cloud rows, credential egress is enforced only on cloudflare, which is built", () => {
     const enforced = DRIVER_CONFORMANCE.filter((e) => e.planned?.credentialEgress.enforcement === "enforced").map((e) => e.driver);
-    expect(enforced).toEqual(["cloudflare"]);
+    expect(enforced).toEqual([]);
+    expect(conformanceOf("cloudflare")?.capabilities.credentialEgress).toEqual({
+      enforcement: "enforced",
+      credentialMode: "live",
+      interceptedProtocols: ["http", "https"],
+    });
     const bestEffort = DRIVER_CONFORMANCE.filter((e) => e.planned && workspaceDurabilityOf(e.planned) === "best_effort").map(
       (e) => e.driver,
     );

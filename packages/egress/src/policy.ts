@@ -63,19 +63,28 @@ export function addressRefusal(address: string): string | null {
   return null;
 }
 
+/**
+ * The normalized host patterns a policy allows, or null for every host: the
+ * one reading of `networking` (the local gateway's, and what the cloudflare
+ * driver sends its Worker).
+ */
+export function allowedHostsOf(input: EgressPolicyInput): string[] | null {
+  const n = input.networking;
+  if (n.type === "unrestricted") return null;
+  if (n.type === "limited")
+    return [
+      ...n.allowed_hosts,
+      ...(n.allow_package_managers ? (input.packageManagerHosts ?? []) : []),
+      ...(n.allow_mcp_servers ? (input.mcpServerHosts ?? []) : []),
+    ].map(normalizeHost);
+  return []; // an unknown policy type allows nothing
+}
+
 export class EgressPolicy {
   readonly #hosts: readonly string[] | null;
 
   constructor(input: EgressPolicyInput) {
-    const n = input.networking;
-    if (n.type === "unrestricted") this.#hosts = null;
-    else if (n.type === "limited") {
-      this.#hosts = [
-        ...n.allowed_hosts,
-        ...(n.allow_package_managers ? (input.packageManagerHosts ?? []) : []),
-        ...(n.allow_mcp_servers ? (input.mcpServerHosts ?? []) : []),
-      ].map(normalizeHost);
-    } else this.#hosts = []; // an unknown policy type allows nothing
+    this.#hosts = allowedHostsOf(input);
   }
 
   get mode(): "unrestricted" | "limited" {

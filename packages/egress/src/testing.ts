@@ -151,6 +151,37 @@ export function unrestrictedProbe(u: TestUpstreams): string {
   });
 }
 
+/**
+ * One request to the upstreams by name (api.test, plain.test, other.test),
+ * with their CA trusted: the internet as a Worker's `fetch` sees it when a
+ * test runs the Worker in workerd (the gateway resolves with `lookup`).
+ */
+export async function upstreamFetch(u: TestUpstreams, request: Request): Promise<Response> {
+  const url = new URL(request.url);
+  const body = request.method === "GET" || request.method === "HEAD" ? undefined : Buffer.from(await request.arrayBuffer());
+  const [address] = await u.lookup(url.hostname);
+  const secure = url.protocol === "https:";
+  return new Promise((resolve, reject) => {
+    const req = (secure ? https : http).request(
+      {
+        host: address,
+        port: Number(url.port || (secure ? 443 : 80)),
+        path: `${url.pathname}${url.search}`,
+        method: request.method,
+        headers: Object.fromEntries(request.headers),
+        ...(secure ? { servername: url.hostname, ca: [u.caPem] } : {}),
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c));
+        res.on("end", () => resolve(new Response(Buffer.concat(chunks), { status: res.statusCode ?? 502 })));
+      },
+    );
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
 /** The probe's argument for a limited sandbox with a credential for api.test. */
 export function limitedProbe(u: TestUpstreams): string {
   const init = { method: "POST", headers: { authorization: "Bearer @API_TOKEN@" }, body: "token=@API_TOKEN@" };

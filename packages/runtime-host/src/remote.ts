@@ -9,8 +9,9 @@
  *
  * A remote runtime outlives a killed host, as a container does: at start
  * the host lists what its provider holds under this host's label and reaps
- * it; compute whose kill fails while running is an orphan record for the
- * reaper.
+ * it (for a provider with no listing, what this host's lease records name,
+ * lease-records.ts); compute whose kill fails while running is an orphan
+ * record for the reaper.
  */
 import type {
   ManagedRuntimeProfile,
@@ -23,6 +24,7 @@ import type {
 import { RemoteCheckpointWorkspace, RemoteSessionOutputs } from "@openma/remote-bindings";
 import type { BlobStore } from "@openma/storage/blobs";
 import type { Scheduler } from "@openma/time";
+import { type LeaseRecordStore, recordLeases } from "./lease-records.ts";
 import { buildWorkerBundle, installWorkerBundle, preparedProcesses, REMOTE_LAUNCHER } from "./worker-bundle.ts";
 
 /** What the runtime host needs of a cloud driver (the kit's RemoteSandboxDriver is one). */
@@ -53,9 +55,16 @@ export interface RemoteParts {
   close(): Promise<void>;
 }
 
-export async function openRemoteParts(driver: RemoteRuntimeHostDriver, hostLabels: Readonly<Record<string, string>>): Promise<RemoteParts> {
+export async function openRemoteParts(
+  driver: RemoteRuntimeHostDriver,
+  hostLabels: Readonly<Record<string, string>>,
+  records: { store: LeaseRecordStore; deployment: string },
+): Promise<RemoteParts> {
   const bundle = await buildWorkerBundle();
-  const sandbox = await driver.open(hostLabels);
+  const opened = await driver.open(hostLabels);
+  // A provider that cannot list what it holds: this host's own lease records are the inventory (ADR 0028).
+  const recorded = opened.capabilities.facts.lacks.includes("provider_listing") ? recordLeases(opened, records) : null;
+  const sandbox = recorded?.sandbox ?? opened;
   const tools = (lease: ManagedSandboxLease) => sandbox.toolSandbox(lease);
   return {
     sandbox,
@@ -69,7 +78,7 @@ export async function openRemoteParts(driver: RemoteRuntimeHostDriver, hostLabel
       for (const runtime of listed.runtimes) {
         await sandbox.reap({ scope: runtime.scope, lease: runtime.lease, reason: "host_recovery", signal: AbortSignal.timeout(60_000) });
       }
-      return listed.runtimes.length;
+      return listed.runtimes.length + ((await recorded?.sweep()) ?? 0);
     },
     ports: ({ root, store, scheduler }) => ({
       workspace: new RemoteCheckpointWorkspace({ root: `${root}/workspaces`, store, tools }),

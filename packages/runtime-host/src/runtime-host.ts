@@ -45,6 +45,7 @@ import {
   sqlRuntimePorts,
 } from "@openma/host";
 import { type Storage, sha256Hex, systemClock } from "@openma/storage";
+import { SqlSandboxOwnership } from "@openma/storage/sandbox-owners";
 import { realScheduler, type Scheduler } from "@openma/time";
 import { AmaWorkerRunner, type WorkTicket } from "./ama-worker-runner.ts";
 import { type ApiBridge, openApiBridge } from "./api-bridge.ts";
@@ -141,7 +142,8 @@ export async function startRuntimeHost(options: RuntimeHostOptions): Promise<Run
   let bridge: ApiBridge | null = null;
   let parts: DriverParts;
   if (typeof options.driver === "object") {
-    const remote = await openRemoteParts(options.driver, hostLabels);
+    const store = new SqlSandboxOwnership(options.storage.db, { clock: systemClock });
+    const remote = await openRemoteParts(options.driver, hostLabels, { store, deployment: `rh-${hostId}` });
     parts = {
       ...remote,
       needsTraversal: false,

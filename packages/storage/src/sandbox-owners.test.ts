@@ -69,6 +69,10 @@ describe.each(BACKENDS)("SQL sandbox ownership on %s", (dialect) => {
     }
     const stale = await owners.listStale({ deployment, driver: "node-docker", limit: 10, signal });
     expect(stale.map((r) => r.id)).toEqual(["sbo_idle"]);
+    // listAll: live or not, of that deployment and driver only, oldest first (claimed at the same time here: by id).
+    const all = await owners.listAll({ deployment, driver: "node-docker", limit: 10, signal });
+    expect(all.map((r) => r.id)).toEqual(["sbo_idle", "sbo_live"]);
+    await expect(owners.listAll({ deployment, driver: "x", limit: 1001, signal })).rejects.toThrow(/limit/);
     expect(await owners.stats({ deployment, signal })).toEqual([
       { driver: "bubblewrap", owned: 1, idle: 1, orphaned: 0, pooled: 0 },
       { driver: "node-docker", owned: 2, idle: 1, orphaned: 0, pooled: 0 },

@@ -35,6 +35,10 @@ function assertMs(name: string, value: number): void {
     throw new TypeError(`${name}: must be an integer between 1 and ${MAX_TTL_MS}`);
 }
 
+function assertLimit(limit: number): void {
+  if (!Number.isSafeInteger(limit) || limit < 1 || limit > 1000) throw new TypeError("limit: must be between 1 and 1000");
+}
+
 function assertId(id: string): void {
   if (!isRuntimeIdentifier(id)) throw new TypeError("id: must be a non-empty identifier");
 }
@@ -169,8 +173,7 @@ export class SqlSandboxOwnership implements SandboxOwnershipPort {
   }
 
   async listStale(input: { deployment: string; driver: string; limit: number; signal: AbortSignal }): Promise<SandboxOwnerRecord[]> {
-    if (!Number.isSafeInteger(input.limit) || input.limit < 1 || input.limit > 1000)
-      throw new TypeError("limit: must be between 1 and 1000");
+    assertLimit(input.limit);
     input.signal.throwIfAborted();
     const now = this.#clock.now();
     const rows = await this.#db
@@ -179,6 +182,26 @@ export class SqlSandboxOwnership implements SandboxOwnershipPort {
       .where("deployment", "=", input.deployment)
       .where("driver", "=", input.driver)
       .where((eb) => eb.or([eb("lease_expires_at_ms", "<=", now), eb("idle_deadline_at_ms", "<=", now)]))
+      .orderBy("created_at_ms")
+      .orderBy("id")
+      .limit(input.limit)
+      .execute();
+    return rows.map(recordFrom);
+  }
+
+  /**
+   * Every record of a deployment and driver, live or not, oldest first: for
+   * an owner that judges its records itself (a runtime host's next process
+   * reaps all of its predecessor's, ADR 0028).
+   */
+  async listAll(input: { deployment: string; driver: string; limit: number; signal: AbortSignal }): Promise<SandboxOwnerRecord[]> {
+    assertLimit(input.limit);
+    input.signal.throwIfAborted();
+    const rows = await this.#db
+      .selectFrom("sandbox_owners")
+      .selectAll()
+      .where("deployment", "=", input.deployment)
+      .where("driver", "=", input.driver)
       .orderBy("created_at_ms")
       .orderBy("id")
       .limit(input.limit)

@@ -3,14 +3,12 @@ import type { DriverConformance } from "../conformance.ts";
 import {
   BOTH_LANES,
   HOST_MANAGED,
-  planned,
   REMOTE_LANES_NOTE,
   REMOTE_OUTPUTS,
   REMOTE_SDK_NOTE,
   REMOTE_WORKSPACE,
   REMOTE_WORKSPACE_NOTE,
   UNSUPPORTED_EGRESS,
-  unbuilt,
 } from "./rows.ts";
 
 export const CLOUD_ROWS: readonly DriverConformance[] = [
@@ -276,22 +274,45 @@ export const CLOUD_ROWS: readonly DriverConformance[] = [
       "Configuration: `SUPERSERVE_API_KEY`, `SUPERSERVE_BASE_URL`; `OPENMA_SUPERSERVE_DATA_PLANE_URL` and `OPENMA_SUPERSERVE_DATA_PLANE_CA` for a Superserve-compatible service (the stand-in prints them); `OPENMA_SUPERSERVE_TEMPLATE` (the template needs sh, tar and base64, and Node 24 for `ama_worker`; the platform's default otherwise).",
     ],
   },
-  unbuilt(
-    "cloudflare",
-    "edge",
-    "Cloudflare Workers Containers; upstream, the only driver whose credential egress is enforced (live, http/https).",
-    planned("cloudflare", {
-      lanes: BOTH_LANES,
-      suspend: false,
-      workspace: [{ strategy: "checkpoint_restore", durability: "durable" }],
-      outputs: [{ strategy: "final_collect", durability: "durable" }],
+  {
+    driver: "cloudflare",
+    class: "edge",
+    implemented: true,
+    package: "packages/drivers/cloudflare",
+    summary:
+      "OpenMA's own Worker and Durable Object (packages/cloudflare-worker, deployed with `wrangler`) fronting Cloudflare Containers through `@cloudflare/sandbox`, reached over the official bridge routes by the cloudflare-bridge driver it composes, plus the Worker's egress route: the only row whose credential egress is enforced at the provider (live, http/https); `ama_worker` lane only.",
+    capabilities: {
+      provider: "cloudflare",
+      lanes: ["ama_worker"],
+      sandbox: { suspendResume: "unsupported", ...HOST_MANAGED },
+      workspace: REMOTE_WORKSPACE,
+      outputs: REMOTE_OUTPUTS,
+      runtimeCheckpoints: [],
       credentialEgress: { enforcement: "enforced", credentialMode: "live", interceptedProtocols: ["http", "https"] },
       sandboxPortFacts: {
-        has: ["duplex_process", "workspace_backup", "session_output_mount"],
-        lacks: ["runtime_scoped_resume", "process_memory_checkpoint"],
+        has: [
+          "http_bridge",
+          "argv_sse_process",
+          "workspace_file_io",
+          "workspace_tar_checkpoint",
+          "spooled_process_stdin",
+          "egress_gateway",
+          "credential_substitution",
+        ],
+        lacks: ["interactive_stdin_without_pty", "provider_lease", "process_memory_checkpoint", "provider_listing", "lookup_by_name"],
       },
-    }),
-  ),
+    },
+    planned: null,
+    toolSandbox: true,
+    testOnly: false,
+    notes: [
+      "Composition: the driver is the cloudflare-bridge provider (derived ids, ownership file, spooled exec, files, orphans reaped by lease from the host's records) plus the Worker's `PUT /openma/v1/sandbox/{id}/egress`. At create, and again when an acquire adopts the runtime, it sends the session's egress (the environment's networking with `allow_package_managers`/`allow_mcp_servers` resolved, and the vaults' `environment_variable` credentials, as the local gateway gets them) and writes the placeholders the Worker answers to `/var/lib/openma/egress.env` (outside /workspace); every command starts through a wrapper that exports them and refuses to run without the file. Until the configuration is stored the Worker lets nothing out, so no command of a session runs before its egress is in force.",
+      "Enforcement is the Worker's (ADR 0019): the container's internet is off and every HTTP and HTTPS request goes through its outbound handler, which refuses hosts outside `limited` networking with 403 and a reason and puts a credential's real value on a request only for that credential's hosts; secrets stay in the Durable Object's storage. Evidence: test/cloud/cloudflare-driver-egress.test.ts drives this driver against the real Worker in workerd (miniflare): a command in the sandbox using the placeholder reaches the allowed HTTPS upstream with the real secret in header and body, another allowed host gets the placeholder, any other host gets 403, and the secret is in no environment, argv or file of the sandbox. The container half there is the stand-in of ADR 0019 (no real Cloudflare container runs offline); the shared driver suite runs against the bridge stand-in with the egress route (packages/drivers/cloudflare/src/suite.test.ts).",
+      "Serve lane: `openma serve` gives the driver each session's egress from storage (`OPENMA_EGRESS=off` gives none, and then nothing leaves). Runtime host lane: the runtime may reach only the control plane's host (OPENMA_PUBLIC_URL), with no credential yet.",
+      "Configuration: `CLOUDFLARE_WORKER_URL` (the Worker's origin) and `SANDBOX_API_KEY` (its Bearer token). Deploying the Worker: docs/cloudflare-worker.md.",
+      REMOTE_WORKSPACE_NOTE,
+    ],
+  },
   {
     driver: "cloudflare-bridge",
     class: "edge",
@@ -318,7 +339,7 @@ export const CLOUD_ROWS: readonly DriverConformance[] = [
     notes: [
       "There is no official Node client: `@openma/cloudflare-bridge-client` is `openapi-fetch` typed by openapi-typescript from the OpenAPI document the installed `@cloudflare/sandbox` embeds (a test fails when that document changes); the exec stream is parsed with `eventsource-parser`. The stand-in (packages/standins/cloudflare-bridge) serves the same routes over real local containers, and its responses are validated against that document. Configuration: `CLOUDFLARE_BRIDGE_URL` (the bridge Worker's origin) and `SANDBOX_API_KEY` (its Bearer token).",
       "Ids: the bridge accepts any id of the form `[a-z2-7]{1,128}` and its warm pool assigns a container on the id's first request (and a fresh one after the container went away), so the driver derives the id from the acquire's deterministic name instead of minting one with `POST /v1/sandbox`: a retried acquire finds what an earlier attempt made. A container the pool assigned in place of a vanished one is recognised (it lacks the ownership record), deleted, and reported gone; commands refuse to run in it.",
-      "Ownership and orphans: the bridge has no labels and no listing (the warm pool only counts). The ownership record is a file the driver writes into the container (`/var/lib/openma/owner.json`, outside /workspace); `listOwned` lists nothing after checking the bridge answers (`GET /v1/pool/stats`), so orphans are found from the host's own records, which carry the lease, and reaped by lease (`DELETE /v1/sandbox/{id}`): fence loss hard-kills at the bridge, a failed kill's orphan record is reaped, and the serve lane's reaper reaps a dead owner's sandbox (test/runtime/fence-loss.test.ts, test/serve/remote-sandbox-owners.test.ts). Not yet: after a `kill -9` of a runtime host, its start-up sweep (which lists by label) cannot see the predecessor's sandbox, so that sandbox stays at the bridge until deleted; the session itself restores in a fresh sandbox. There is no provider lease: a container lives until it is deleted.",
+      "Ownership and orphans: the bridge has no labels and no listing (the warm pool only counts). The ownership record is a file the driver writes into the container (`/var/lib/openma/owner.json`, outside /workspace); `listOwned` lists nothing after checking the bridge answers (`GET /v1/pool/stats`), so orphans are found from the host's own records, which carry the lease, and reaped by lease (`DELETE /v1/sandbox/{id}`): fence loss hard-kills at the bridge, a failed kill's orphan record is reaped, and the serve lane's reaper reaps a dead owner's sandbox (test/runtime/fence-loss.test.ts, test/serve/remote-sandbox-owners.test.ts). The runtime host keeps lease records for a driver with no listing: after a `kill -9`, its next process reaps every runtime its predecessor recorded (ADR 0028; test/cloud/crash-cloudflare-bridge.e2e.test.ts). Not yet: the serve lane's kill -9 crash loop leaks bridge sandboxes (no crash-loop test for this driver). There is no provider lease: a container lives until it is deleted.",
       "Exec is argv over SSE with no stdin and no kill. Input is spooled: uploaded through the file API under /workspace when stdin closes, then given to the command, which starts only then. That serves every exec, the kit's helpers and the `ama_worker` launch, not an interactive process (`openma_supervised` is not offered; `bash` runs each command in a fresh shell). A kill drops the stream; the kit kills the process tree. The file API reaches only /workspace: elsewhere a read is a `cat` (base64 on the wire) and a write is staged under /workspace and moved.",
       "`persist` and `hydrate` (a tar of /workspace, at most 32 MiB in) are the driver's `persistWorkspace`/`hydrateWorkspace`, tested against the stand-in; the host's durable workspace is `checkpoint_restore` through the remote port (below), which moves the same tar through exec. No suspend/resume.",
       REMOTE_WORKSPACE_NOTE,

@@ -31,11 +31,19 @@ export const CLOUDFLARE_BRIDGE_ENV = { url: "CLOUDFLARE_BRIDGE_URL", apiKey: "SA
 export function cloudflareBridgeConfigFromEnv(
   env: Readonly<Record<string, string | undefined>>,
 ): CloudflareBridgeConfig | { missing: string[] } {
-  const missing = [CLOUDFLARE_BRIDGE_ENV.url, CLOUDFLARE_BRIDGE_ENV.apiKey].filter((name) => !env[name]);
+  return bridgeConfigFromEnv(env, CLOUDFLARE_BRIDGE_ENV);
+}
+
+/** A bridge API's origin and key from the variables `names` says (our Worker serves the same API under its own URL variable). */
+export function bridgeConfigFromEnv(
+  env: Readonly<Record<string, string | undefined>>,
+  names: { url: string; apiKey: string },
+): CloudflareBridgeConfig | { missing: string[] } {
+  const missing = [names.url, names.apiKey].filter((name) => !env[name]);
   if (missing.length > 0) return { missing };
-  const url = env.CLOUDFLARE_BRIDGE_URL as string;
-  if (!/^https?:\/\//.test(url)) throw new Error("CLOUDFLARE_BRIDGE_URL must be an http(s) URL");
-  return { url, apiKey: env.SANDBOX_API_KEY as string };
+  const url = env[names.url] as string;
+  if (!/^https?:\/\//.test(url)) throw new Error(`${names.url} must be an http(s) URL`);
+  return { url, apiKey: env[names.apiKey] as string };
 }
 
 /** The kit's driver, plus the bridge's own tar checkpoints of /workspace. */

@@ -140,6 +140,11 @@ export class CloudflareBridgeProvider implements CloudProvider {
     return owner === null ? null : runtimeOf(id, owner);
   }
 
+  /** The id is derived from the name (see `sandboxIdFor`). */
+  idFor(name: string): string {
+    return sandboxIdFor(name);
+  }
+
   /** The container's ownership record, or null when it has none. */
   async #owner(id: string, signal: AbortSignal): Promise<OwnerRecord | null> {
     const read = await runToEnd(this.client, id, ["/bin/sh", "-c", READ_OWNER, "openma-owner", OWNER_FILE], signal);

@@ -11,10 +11,14 @@
  * (the bridge has no kill). Files, cwd, persist and hydrate are confined to
  * /workspace. Every container is a real local one (the stand-in kit).
  *
+ * `startCloudflareWorkerStandIn` adds our Worker's egress route (below).
+ *
  * Not served, said plainly: the PTY WebSocket, tunnels, bucket mounts,
  * exec sessions (`Session-Id`, `POST .../session`) and the warm pool's
  * admin routes answer the bridge's error body with 501.
  */
+
+import { EgressConfigInput, prepareEgress, type StoredEgress } from "@openma/cloudflare-worker/egress";
 import {
   type Box,
   type CloudStandIn,
@@ -44,13 +48,36 @@ export interface CloudflareBridgeStandIn extends CloudStandIn {
   assigned(): string[];
 }
 
+export interface CloudflareWorkerStandIn extends CloudflareBridgeStandIn {
+  /** What `PUT /openma/v1/sandbox/{id}/egress` last stored for an id (as our Worker's Durable Object keeps it), or null. */
+  egressOf(id: string): StoredEgress | null;
+}
+
 type Ctx = Context<StandInEnv>;
 
 function errorJson(c: Ctx, status: number, code: string, error: string) {
   return c.json({ error, code }, status as 400);
 }
 
-export async function startCloudflareBridgeStandIn(options: StandInOptions = {}): Promise<CloudflareBridgeStandIn> {
+export function startCloudflareBridgeStandIn(options: StandInOptions = {}): Promise<CloudflareBridgeStandIn> {
+  return startStandIn(options, false);
+}
+
+/**
+ * The same bridge plus our Worker's egress route (packages/cloudflare-worker,
+ * ADR 0019), for the `cloudflare` driver: the body is checked and the
+ * placeholders minted by the Worker's own code (`EgressConfigInput`,
+ * `prepareEgress`), and the configuration is kept per sandbox id. Nothing
+ * is enforced here (the boxes have no network at all); enforcement is the
+ * real Worker's, tested in workerd (test/cloud/cloudflare-egress.test.ts).
+ */
+export function startCloudflareWorkerStandIn(options: StandInOptions = {}): Promise<CloudflareWorkerStandIn> {
+  return startStandIn(options, true);
+}
+
+async function startStandIn(options: StandInOptions, worker: true): Promise<CloudflareWorkerStandIn>;
+async function startStandIn(options: StandInOptions, worker: boolean): Promise<CloudflareBridgeStandIn>;
+async function startStandIn(options: StandInOptions, worker: boolean): Promise<CloudflareWorkerStandIn> {
   const apiKey = options.apiKey ?? DEFAULT_SANDBOX_API_KEY;
   const faults = new FaultQueue();
   const hangs = new Hangs();
@@ -74,9 +101,12 @@ export async function startCloudflareBridgeStandIn(options: StandInOptions = {})
     const box = held ? await held.catch(() => undefined) : undefined;
     return box && boxes.get(box.id) ? box : undefined;
   };
+  /** Our Worker keeps a sandbox's egress in its container's Durable Object: it goes with the container. */
+  const egress = new Map<string, StoredEgress>();
   const release = async (id: string) => {
     const box = await current(id);
     assignments.delete(id);
+    egress.delete(id);
     if (box) await boxes.destroy(box);
   };
 
@@ -146,6 +176,25 @@ export async function startCloudflareBridgeStandIn(options: StandInOptions = {})
     }
   };
   const unserved = (c: Ctx) => errorJson(c, 501, "invalid_request", "not served by the stand-in");
+
+  if (worker)
+    app.put("/openma/v1/sandbox/:id/egress", async (c) => {
+      const id = c.req.param("id");
+      if (!SANDBOX_ID.test(id)) return c.text("Not Found", 404);
+      if (!bearer(c)) return errorJson(c, 401, "unauthorized", "Unauthorized");
+      const parsed = EgressConfigInput.safeParse(await c.req.json().catch(() => null));
+      if (!parsed.success) return errorJson(c, 400, "invalid_request", parsed.error.message);
+      // The Worker resolves the id's container through the pool first (assigning one if it has none).
+      const box = await boxOf(c, null);
+      if (box instanceof Response) return box;
+      try {
+        const { stored, env } = prepareEgress(parsed.data);
+        egress.set(id, stored);
+        return c.json({ env });
+      } catch (err) {
+        return errorJson(c, 400, "invalid_request", err instanceof Error ? err.message : String(err));
+      }
+    });
 
   app.post("/v1/sandbox/:id/exec", async (c) => {
     const body = (await c.req.json().catch(() => null)) as { argv?: unknown; cwd?: unknown; timeout_ms?: unknown } | null;
@@ -349,9 +398,11 @@ export async function startCloudflareBridgeStandIn(options: StandInOptions = {})
   });
   return standInHandle(
     {
-      vendor: "cloudflare-bridge",
+      vendor: worker ? "cloudflare" : "cloudflare-bridge",
       url: server.url,
-      env: { CLOUDFLARE_BRIDGE_URL: server.url, SANDBOX_API_KEY: apiKey },
+      env: worker
+        ? { CLOUDFLARE_WORKER_URL: server.url, SANDBOX_API_KEY: apiKey }
+        : { CLOUDFLARE_BRIDGE_URL: server.url, SANDBOX_API_KEY: apiKey },
       faults,
       requests,
       boxes,
@@ -362,7 +413,7 @@ export async function startCloudflareBridgeStandIn(options: StandInOptions = {})
       hangs,
       servers: [server],
     },
-    { assigned: () => [...assignments.keys()] },
+    { assigned: () => [...assignments.keys()], egressOf: (id: string) => egress.get(id) ?? null },
   );
 }
 

@@ -176,7 +176,19 @@ export class RemoteSandboxDriver implements ManagedSandboxPort, SandboxInventory
     }
   }
 
-  #lease(runtime: ProviderRuntime, generation: number): ManagedSandboxLease {
+  /**
+   * The lease this acquire will answer, known before it runs when the
+   * provider derives ids from names; null otherwise. A host that cannot
+   * list the provider records it first, so a process killed mid-acquire
+   * leaves a record whose runtime can still be reaped (ADR 0028).
+   */
+  plannedLease(input: Pick<AcquireInput, "scope" | "fence" | "idempotencyKey">): ManagedSandboxLease | null {
+    if (this.provider.idFor === undefined) return null;
+    const name = runtimeNameFor(this.#options.namePrefix ?? "openma", input.scope, input.fence.generation, input.idempotencyKey);
+    return this.#lease({ id: this.provider.idFor(name), name }, input.fence.generation);
+  }
+
+  #lease(runtime: Pick<ProviderRuntime, "id" | "name">, generation: number): ManagedSandboxLease {
     return { provider: this.provider.name, runtimeId: runtime.id, metadata: { name: runtime.name, generation } };
   }
 
@@ -341,4 +353,9 @@ function lazyApi(stdinEof: boolean, open: () => Promise<RemoteSandboxApi>): Remo
     readFile: async (path, signal) => (await api()).readFile(path, signal),
     writeFile: async (path, content, signal) => (await api()).writeFile(path, content, signal),
   };
+}
+
+/** A port's planned lease (see `RemoteSandboxDriver.plannedLease`), or null for any other port. */
+export function plannedLeaseOf(port: object, input: Pick<AcquireInput, "scope" | "fence" | "idempotencyKey">): ManagedSandboxLease | null {
+  return port instanceof RemoteSandboxDriver ? port.plannedLease(input) : null;
 }

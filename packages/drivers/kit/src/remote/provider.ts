@@ -56,6 +56,12 @@ export interface CloudProvider {
    */
   find(input: { name: string; labels: Readonly<Record<string, string>>; signal: AbortSignal }): Promise<ProviderRuntime | null>;
   create(input: { name: string; labels: Readonly<Record<string, string>>; signal: AbortSignal }): Promise<ProviderRuntime>;
+  /**
+   * The id a create with this name makes, where the provider derives it from
+   * the name rather than assigning one (the Cloudflare bridge). Lets a host
+   * record the lease before the acquire, for a provider it cannot list.
+   */
+  idFor?(name: string): string;
   get(input: { id: string; signal: AbortSignal }): Promise<ProviderRuntime | null>;
   /** Every runtime carrying all of `labels`. */
   list(input: { labels: Readonly<Record<string, string>>; signal: AbortSignal }): Promise<ProviderRuntime[]>;
