@@ -196,8 +196,27 @@ async function fixtures(t: TestServer): Promise<{ ids: Ids; creds: Record<"api" 
   const tunnelCert = await api(t, "POST", `/v1/tunnels/${tunnel.id}/certificates`, {
     ca_certificate_pem: readFileSync(new URL("../conformance/fixtures/tunnel-ca.pem", import.meta.url), "utf8"),
   });
+  // The fuzz server runs no brain, so no coordinator starts a thread: the row is what its send_thread_message tool writes.
+  const thread = { id: "sthr_fuzzfixture", parent: "sthr_fuzzprimary" };
+  for (const [id, parent] of [
+    [thread.parent, null],
+    [thread.id, thread.parent],
+  ] as const)
+    await t.store.storage.db
+      .insertInto("session_threads")
+      .values({
+        id,
+        session_id: session.id,
+        parent_thread_id: parent,
+        agent_name: "fx",
+        body: JSON.stringify({ agent: { type: "agent", id: agent.id, version: 1, name: "fx" } }),
+        created_at: new Date().toISOString(),
+        archived_at: null,
+      })
+      .execute();
   return {
     ids: {
+      thread: thread.id,
       dream: dream.id,
       userprofile: userProfile.id,
       tunnel: tunnel.id,

@@ -45,6 +45,7 @@ const FIXTURE_OF: Record<string, string> = {
   user_profile_id: "userprofile",
   tunnel_id: "tunnel",
   certificate_id: "tunnelcert",
+  thread_id: "thread",
 };
 
 /** The worker's calls, made with the environment key. */

@@ -18,6 +18,7 @@ import { fileRoutes } from "./routes/files.ts";
 import { memoryStoreRoutes } from "./routes/memory-stores.ts";
 import { sessionRoutes } from "./routes/sessions.ts";
 import { skillRoutes } from "./routes/skills.ts";
+import { threadRoutes } from "./routes/threads.ts";
 import { tunnelRoutes } from "./routes/tunnels.ts";
 import { userProfileRoutes } from "./routes/user-profiles.ts";
 import { vaultRoutes } from "./routes/vaults.ts";
@@ -99,6 +100,7 @@ export function createApp(deps: ApiDeps, info: AppInfo = { version: "0.0.0" }): 
   app.route("/v1/environments", workRoutes());
   app.route("/v1/environments", environmentRoutes());
   app.route("/v1/sessions", eventRoutes());
+  app.route("/v1/sessions", threadRoutes());
   app.route("/v1/sessions", sessionRoutes());
   // OpenMA extension: the console's workspace browser.
   app.route("/v1/sessions", workspaceRoutes());

@@ -89,7 +89,7 @@ export async function lockSession(trx: Transaction<Database>, sessionId: string)
   return row;
 }
 
-// Postgres caps a statement at 65535 bind parameters; 7 per row keeps chunks far below.
+// Postgres caps a statement at 65535 bind parameters; 8 per row keeps chunks far below.
 const INSERT_CHUNK = 500;
 
 async function appendIn(
@@ -124,6 +124,7 @@ async function appendIn(
       processed_at: processedAt,
       body: JSON.stringify(event),
       dedupe_key: draft.dedupeKey,
+      thread_id: draft.threadId ?? null,
     });
     if (draft.dedupeKey) known.set(draft.dedupeKey, event);
     events.push(event);
@@ -253,6 +254,8 @@ export interface StoredEvent {
   type: string;
   /** The event's JSON exactly as stored (what list and stream return). */
   body: string;
+  /** The thread it belongs to; null for the primary thread. */
+  thread_id?: string | null;
 }
 
 /** Up to `limit` events with `seq > afterSeq`, oldest first. */
@@ -304,7 +307,7 @@ const inFlight = new WeakMap<object, Map<string, Promise<SharedRead>>>();
 function queryEventsAfter(db: Kysely<Database>, sessionId: string, afterSeq: number, limit: number): Promise<StoredEvent[]> {
   return db
     .selectFrom("session_events")
-    .select(["seq", "id", "type", "body"])
+    .select(["seq", "id", "type", "body", "thread_id"])
     .where("session_id", "=", sessionId)
     .where("seq", ">", afterSeq)
     .orderBy("seq", "asc")

@@ -17,6 +17,7 @@ import { deploymentListQuery, deploymentRunListQuery } from "./routes/deployment
 import { dreamCreateSchema, dreamListQuery } from "./routes/dreams.ts";
 import { eventListQuery, eventStreamQuery } from "./routes/events.ts";
 import { sessionListPageQuery } from "./routes/sessions.ts";
+import { threadListQuery } from "./routes/threads.ts";
 import { certificateCreateSchema, tunnelCreateSchema, tunnelListQuery, tunnelRotateTokenSchema } from "./routes/tunnels.ts";
 import { actionUrlCreateSchema, userProfileCreateSchema, userProfileListQuery, userProfileUpdateSchema } from "./routes/user-profiles.ts";
 import { webhookCreateSchema, webhookDeliveriesQuery, webhookListQuery, webhookUpdateSchema } from "./routes/webhooks.ts";
@@ -116,6 +117,16 @@ export const OPERATIONS: readonly Operation[] = [
     body: resourceUpdateSchema,
   }),
   op("delete", "/v1/sessions/{session_id}/resources/{resource_id}", "deleteSessionResource", "Detach a session resource"),
+  op("get", "/v1/sessions/{session_id}/threads", "listSessionThreads", "List a session's threads", { query: threadListQuery }),
+  op("get", "/v1/sessions/{session_id}/threads/{thread_id}", "retrieveSessionThread", "Retrieve a session thread"),
+  op("post", "/v1/sessions/{session_id}/threads/{thread_id}/archive", "archiveSessionThread", "Archive a session thread"),
+  op("get", "/v1/sessions/{session_id}/threads/{thread_id}/events", "listSessionThreadEvents", "List a thread's events", {
+    query: eventListQuery,
+  }),
+  op("get", "/v1/sessions/{session_id}/threads/{thread_id}/stream", "streamSessionThreadEvents", "Stream a thread's events (SSE)", {
+    query: eventStreamQuery,
+    response: "sse",
+  }),
   // OpenMA extension: the console's workspace browser.
   op("get", "/v1/sessions/{session_id}/workspace", "listWorkspace", "List a directory of a session's workspace (OpenMA extension)", {
     query: workspaceQuery,
@@ -277,7 +288,7 @@ export const OPERATIONS: readonly Operation[] = [
 export const TAG_NAMES: Record<string, string> = {
   agents: "Agents and their versions",
   environments: "Environments, their keys and the self-hosted work queue",
-  sessions: "Sessions, their events (list, send, stream) and resources",
+  sessions: "Sessions, their events (list, send, stream), resources and threads",
   vaults: "Vaults and credentials",
   files: "Files",
   skills: "Skills and skill versions",

@@ -4,11 +4,14 @@
  * so nothing is ever written after `session.status_terminated`. With
  * `interruptAfterSeq`, the write is also refused when a `user.interrupt`
  * landed after that log position (a model response that arrives after the
- * user interrupted is dropped, not recorded).
+ * user interrupted is dropped, not recorded). A run of one thread of a
+ * multi-agent session (`deps.scope`) has its drafts tagged with the thread
+ * here (threads.ts), so no step needs to know which thread it runs.
  */
 import { ApiError, appendEvents, type EventDraft, type EventLogDeps, lockSession, notifySession, type SessionEvent } from "@openma/api";
 import type { Database } from "@openma/storage";
 import type { Transaction } from "kysely";
+import { type Scope, scopeDrafts, withReply } from "./threads.ts";
 
 export interface SessionTx {
   trx: Transaction<Database>;
@@ -19,7 +22,7 @@ export interface SessionTx {
 export type Guarded<T> = { type: "ok"; value: T } | { type: "terminated" } | { type: "interrupted" };
 
 export async function withSession<T>(
-  deps: EventLogDeps,
+  deps: EventLogDeps & { scope?: Scope },
   sessionId: string,
   fn: (tx: SessionTx) => Promise<T>,
   guard: { interruptAfterSeq?: number } = {},
@@ -44,7 +47,7 @@ export async function withSession<T>(
       const value = await fn({
         trx,
         async append(drafts) {
-          const r = await appendEvents(deps, sessionId, drafts, { trx });
+          const r = await appendEvents(deps, sessionId, withReply(deps.scope ?? null, scopeDrafts(deps.scope ?? null, drafts)), { trx });
           if (r.appended.length) appended = true;
           return r.events;
         },

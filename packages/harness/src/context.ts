@@ -1,6 +1,7 @@
 /** What the loop reads about the session besides its log: the agent snapshot and the environment. */
 import type { SecretBox, Storage } from "@openma/storage";
 import type { ServerToolContext } from "./server-tools.ts";
+import { type Scope, threadAgent } from "./threads.ts";
 import type { SessionAgentView } from "./tools.ts";
 
 export interface SessionContext {
@@ -22,10 +23,11 @@ export interface SessionBudget {
   max_list_cost: { amount: string; currency: string };
 }
 
-export async function loadContext(storage: Storage, sessionId: string): Promise<SessionContext | null> {
+/** The context of the primary thread, or of `scope`'s thread: its own agent, archived with the session or on its own. */
+export async function loadContext(storage: Storage, sessionId: string, scope: Scope = null): Promise<SessionContext | null> {
   const row = await storage.db
     .selectFrom("sessions")
-    .select(["body", "environment_id", "archived_at"])
+    .select(["body", "environment_id", "archived_at", "status"])
     .where("id", "=", sessionId)
     .executeTakeFirst();
   if (!row) return null;
@@ -35,14 +37,17 @@ export async function loadContext(storage: Storage, sessionId: string): Promise<
     .select(["config_type", "body"])
     .where("id", "=", row.environment_id)
     .executeTakeFirst();
+  const thread = scope ? await threadAgent(storage, scope.id) : null;
+  if (scope && !thread) return null;
   return {
     sessionId,
-    agent: body.agent ?? {},
+    agent: (thread?.agent as SessionAgentView | undefined) ?? body.agent ?? {},
     environmentId: row.environment_id,
     environment: env ? (JSON.parse(env.body) as unknown) : null,
     envType: env?.config_type,
     vaultIds: Array.isArray(body.vault_ids) ? body.vault_ids : [],
-    archived: row.archived_at !== null,
+    // A thread's log has no session.status_terminated: the session row says when it ended.
+    archived: row.archived_at !== null || (thread ? thread.archived || row.status === "terminated" : false),
     budget: body.budget ?? null,
   };
 }

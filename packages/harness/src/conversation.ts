@@ -11,6 +11,9 @@
  *   result so the conversation stays valid.
  * - `user.define_outcome` is a user turn with the task and its rubric; a
  *   grader verdict that sends the agent back to work is one too.
+ * - `agent.thread_message_received` (multi-agent threads) is a user turn
+ *   naming the thread it came from; what a thread sent is already in its
+ *   own tool use or reply, so `agent.thread_message_sent` is not replayed.
  * - `agent.thinking` carries no content in the API and is not replayed.
  * - `file` image/document sources are inlined as base64 from the files store.
  * - after a compaction (`agent.thread_context_compacted`), the conversation
@@ -158,6 +161,17 @@ export async function buildConversation(
       case "user.message":
         await add("user", await blocksFor(storage, b.content));
         break;
+      case "agent.thread_message_received": {
+        const from = `${String(b.from_agent_name ?? "agent")} (thread ${String(b.from_session_thread_id ?? "")})`;
+        const blocks = await blocksFor(storage, b.content);
+        if (blocks.length)
+          await add("user", [
+            { type: "text", text: `<thread-message from="${from}">` },
+            ...blocks,
+            { type: "text", text: "</thread-message>" },
+          ]);
+        break;
+      }
       case "system.message": {
         const text = (await blocksFor(storage, b.content)).map((x) => String(x.text ?? "")).join("\n");
         if (text) await add("user", [{ type: "text", text: `<system-message>\n${text}\n</system-message>` }]);

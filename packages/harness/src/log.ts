@@ -6,6 +6,7 @@
  */
 import type { BillableUsage } from "@openma/pricing";
 import type { Storage } from "@openma/storage";
+import { inScope, type Scope } from "./threads.ts";
 
 export interface LoggedEvent {
   seq: number;
@@ -18,20 +19,33 @@ export interface LoggedEvent {
 
 const PAGE = 500;
 
-/** Appends to `events` everything after its last seq. */
-export async function readNewEvents(storage: Storage, sessionId: string, events: LoggedEvent[]): Promise<void> {
+/**
+ * Appends to `events` everything after its last seq that belongs to `scope`
+ * (the primary thread by default, threads.ts): the thread's own events and
+ * the session-wide ones every thread sees.
+ */
+export async function readNewEvents(storage: Storage, sessionId: string, events: LoggedEvent[], scope: Scope = null): Promise<void> {
   let after = events.at(-1)?.seq ?? 0;
   for (;;) {
     const rows = await storage.db
       .selectFrom("session_events")
-      .select(["seq", "id", "type", "body", "dedupe_key"])
+      .select(["seq", "id", "type", "body", "dedupe_key", "thread_id"])
       .where("session_id", "=", sessionId)
       .where("seq", ">", after)
+      .where((eb) =>
+        eb.or([
+          scope ? eb("thread_id", "=", scope.id) : eb("thread_id", "is", null),
+          eb("type", "in", ["session.usage", "user.interrupt"]),
+        ]),
+      )
       .orderBy("seq", "asc")
       .limit(PAGE)
       .execute();
-    for (const row of rows)
-      events.push({ seq: row.seq, id: row.id, type: row.type, body: JSON.parse(row.body) as Record<string, unknown>, key: row.dedupe_key });
+    for (const row of rows) {
+      const body = JSON.parse(row.body) as Record<string, unknown>;
+      if (inScope(scope, { type: row.type, body, threadId: row.thread_id ?? null }))
+        events.push({ seq: row.seq, id: row.id, type: row.type, body, key: row.dedupe_key });
+    }
     if (rows.length < PAGE) return;
     after = rows[rows.length - 1]?.seq ?? after;
   }
@@ -134,10 +148,16 @@ const STATUS_OF: Record<string, StatusRecord["status"]> = {
   "session.status_idle": "idle",
   "session.status_rescheduled": "rescheduling",
   "session.status_terminated": "terminated",
+  // A thread's log has its own status events (threads.ts renames them on append).
+  "session.thread_status_running": "running",
+  "session.thread_status_idle": "idle",
+  "session.thread_status_rescheduled": "rescheduling",
+  "session.thread_status_terminated": "terminated",
 };
 
 export const CONTENT_TYPES: ReadonlySet<string> = new Set([
   "user.message",
+  "agent.thread_message_received",
   "system.message",
   "agent.message",
   ...Object.keys(TOOL_USE_KINDS),
@@ -231,6 +251,7 @@ export function scanLog(events: readonly LoggedEvent[]): LogState {
     switch (e.type) {
       case "user.message":
       case "system.message":
+      case "agent.thread_message_received":
         state.lastInputSeq = e.seq;
         break;
       case "user.interrupt":

@@ -36,6 +36,7 @@ import { evaluateStep } from "./outcome-step.ts";
 import { planStep, type Step, type TurnOutcome } from "./plan.ts";
 import { credentialHostErrors } from "./server-tools/vault-credentials.ts";
 import type { ServerToolContext, ServerToolExecutor, SessionToolSet } from "./server-tools.ts";
+import { childThreads, type Scope, type ThreadToolDeps, threadToolExecutor } from "./threads.ts";
 import { type BudgetState, budgetState } from "./usage.ts";
 
 export type { TurnOutcome } from "./plan.ts";
@@ -61,7 +62,14 @@ export interface TurnRunnerDeps {
   prices?: PriceTable | undefined;
   /** Context windows by model, for compaction (default: `DEFAULT_CONTEXT_WINDOWS`; operators: `OPENMA_CONTEXT_WINDOWS`). */
   contextWindows?: ContextWindowTable | undefined;
+  /** Most threads a multi-agent session may start besides its primary one (default `DEFAULT_MAX_THREADS`). */
+  maxThreads?: number | undefined;
+  /** Set by `runTurn` for the run of one thread (threads.ts); absent: the primary thread. */
+  scope?: Scope;
 }
+
+/** Threads a session may start besides its primary one, unless the operator says otherwise. */
+export const DEFAULT_MAX_THREADS = 20;
 
 /** A guard against a planner bug looping forever; a real turn never gets near it. */
 const MAX_STEPS = 10_000;
@@ -97,24 +105,71 @@ async function running(deps: TurnRunnerDeps, sessionId: string, state: LogState)
   return r.type === "ok";
 }
 
-/** Runs the session until it needs input from outside (user, self-hosted worker, confirmation) or ends. Stateless: rebuilds everything from the event log, so a crashed run can simply be run again. */
+/**
+ * Runs the session until it needs input from outside (user, self-hosted
+ * worker, confirmation) or ends. Stateless: rebuilds everything from the
+ * event log, so a crashed run can simply be run again. A multi-agent
+ * session's threads run here one after the other (primary first), inside the
+ * same execution claim, until none has unanswered input.
+ */
 export async function runTurn(deps: TurnRunnerDeps, sessionId: string, signal: AbortSignal): Promise<TurnOutcome> {
+  // The primary thread's outcome is the session's: a thread's run only ends the call early when it fails.
+  let primary = await runScope(deps, sessionId, signal, null);
+  for (let round = 0; round < MAX_STEPS; round++) {
+    if (signal.aborted || primary.type === "failed" || primary.type === "interrupted") return primary;
+    const scope = await nextScope(deps.storage, sessionId);
+    if (scope === undefined) return primary;
+    const outcome = await runScope(deps, sessionId, signal, scope);
+    if (scope === null) primary = outcome;
+    else if (outcome.type === "failed" || outcome.type === "interrupted") return outcome;
+  }
+  return { type: "failed", error: `session ${sessionId} kept its threads busy for ${MAX_STEPS} rounds` };
+}
+
+/** The first thread (primary first, then by creation) with work to do; undefined when none has. */
+async function nextScope(storage: Storage, sessionId: string): Promise<Scope | undefined> {
+  if (await scopeNeedsTurn(storage, sessionId, null)) return null;
+  for (const thread of await childThreads(storage, sessionId)) if (await scopeNeedsTurn(storage, sessionId, thread)) return thread;
+  return undefined;
+}
+
+async function runScope(deps: TurnRunnerDeps, sessionId: string, signal: AbortSignal, scope: Scope): Promise<TurnOutcome> {
+  const scoped: TurnRunnerDeps = { ...deps, scope };
   const held: { set: SessionToolSet | null } = { set: null };
+  const threadTool = scope ? null : threadToolExecutor(threadToolDeps(scoped));
   try {
-    return await runSteps(deps, sessionId, signal, (ctx) => {
+    return await runSteps(scoped, sessionId, signal, (ctx) => {
       if (deps.sessionTools) held.set ??= deps.sessionTools(serverToolContext(deps, ctx));
-      return held.set ? [...deps.serverTools, ...held.set.executors] : deps.serverTools;
+      const base = held.set ? [...deps.serverTools, ...held.set.executors] : deps.serverTools;
+      return threadTool ? [...base, threadTool] : base;
     });
   } catch (err) {
     if (signal.aborted) return { type: "interrupted" };
     const error = err instanceof Error ? err.message : String(err);
-    deps.logger.error({ session_id: sessionId, err: error }, "turn failed");
+    deps.logger.error({ session_id: sessionId, session_thread_id: scope?.id, err: error }, "turn failed");
     return { type: "failed", error };
   } finally {
     await held.set
       ?.close()
       .catch((err: Error) => deps.logger.warn({ session_id: sessionId, err: err.message }, "closing session tools failed"));
   }
+}
+
+function threadToolDeps(deps: TurnRunnerDeps): ThreadToolDeps {
+  return {
+    storage: deps.storage,
+    clock: deps.clock,
+    ids: deps.ids,
+    maxThreads: deps.maxThreads ?? DEFAULT_MAX_THREADS,
+    async append(sessionId, fn) {
+      const r = await withSession(deps, sessionId, (tx) =>
+        fn(tx.trx, async (drafts) => {
+          await tx.append(drafts);
+        }),
+      );
+      return r.type === "ok" ? r.value : null;
+    },
+  };
 }
 
 /**
@@ -162,12 +217,14 @@ async function runSteps(
   executorsFor: (ctx: SessionContext) => readonly ServerToolExecutor[],
 ): Promise<TurnOutcome> {
   const events: LoggedEvent[] = [];
-  let hostsChecked = false;
+  const scope = deps.scope ?? null;
+  // Credential hosts are a session matter: the primary thread reports them.
+  let hostsChecked = scope !== null;
   for (let step = 0; step < MAX_STEPS; step++) {
     if (signal.aborted) return { type: "interrupted" };
-    const ctx = await loadContext(deps.storage, sessionId);
+    const ctx = await loadContext(deps.storage, sessionId, scope);
     if (!ctx) return { type: "failed", error: `session ${sessionId} was not found` };
-    await readNewEvents(deps.storage, sessionId, events);
+    await readNewEvents(deps.storage, sessionId, events, scope);
     const state = scanLog(events);
     const executors = executorsFor(ctx);
     const budget = budgetState(deps.prices, ctx, state.usage);
@@ -209,12 +266,16 @@ async function runSteps(
   return { type: "failed", error: `turn of session ${sessionId} exceeded ${MAX_STEPS} steps` };
 }
 
-/** True when the session's log has input the agent has not answered yet (used by the execution queue to decide whether a session needs a turn). */
+/** True when the session's log has input the agent (or one of its threads) has not answered yet (used by the execution queue to decide whether a session needs a turn). */
 export async function needsTurn(storage: Storage, sessionId: string): Promise<boolean> {
-  const ctx = await loadContext(storage, sessionId);
+  return (await nextScope(storage, sessionId)) !== undefined;
+}
+
+async function scopeNeedsTurn(storage: Storage, sessionId: string, scope: Scope): Promise<boolean> {
+  const ctx = await loadContext(storage, sessionId, scope);
   if (!ctx) return false;
   const events: LoggedEvent[] = [];
-  await readNewEvents(storage, sessionId, events);
+  await readNewEvents(storage, sessionId, events, scope);
   // Executors only decide *how* a tool use is settled, not *whether* there is work, so none are needed here.
   const next = plan(scanLog(events), ctx, []);
   return next.kind === "act" || next.kind === "call_model" || next.kind === "compact" || next.kind === "idle" || next.kind === "evaluate";

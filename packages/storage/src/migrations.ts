@@ -12,6 +12,7 @@ import { deployments } from "./migrations/0016_deployments.ts";
 import { webhooks } from "./migrations/0017_webhooks.ts";
 import { dreamsProfilesTunnels } from "./migrations/0018_dreams_profiles_tunnels.ts";
 import { sessionCompactions } from "./migrations/0019_session_compactions.ts";
+import { sessionThreads } from "./migrations/0020_session_threads.ts";
 import { activationIntents } from "./migrations/0021_activation_intents.ts";
 
 /** Ordered by name; a new migration is a new file plus one line here. */
@@ -28,6 +29,7 @@ export const migrations: Record<string, Migration> = {
   "0017_webhooks": webhooks,
   "0018_dreams_profiles_tunnels": dreamsProfilesTunnels,
   "0019_session_compactions": sessionCompactions,
+  "0020_session_threads": sessionThreads,
   "0021_activation_intents": activationIntents,
 };
 

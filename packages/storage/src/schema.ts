@@ -69,6 +69,8 @@ export interface SessionEventRow {
   body: string;
   /** Uniqueness key for idempotent appends (e.g. one tool result per tool_use_id). */
   dedupe_key: string | null;
+  /** The thread the event belongs to; null for the primary thread (migration 0020). */
+  thread_id?: string | null;
 }
 
 export interface SessionResourceRow {
@@ -226,6 +228,7 @@ export interface Database {
   openma_deployment: { id: string };
   session_activity: SessionActivityRow;
   session_compactions: SessionCompactionRow;
+  session_threads: SessionThreadRow;
   deployments: DeploymentRow;
   deployment_runs: DeploymentRunRow;
   webhook_endpoints: WebhookEndpointRow;
@@ -338,6 +341,18 @@ export interface SessionCompactionRow {
   /** Content events at or after this seq stay in the conversation verbatim. */
   kept_from_seq: number;
   summary: string;
+}
+
+/** One thread of a multi-agent session (migration 0020): `body` is the thread resource's stored part. */
+export interface SessionThreadRow {
+  id: string;
+  session_id: string;
+  /** Null for the primary (coordinator) thread. */
+  parent_thread_id: string | null;
+  agent_name: string;
+  body: string;
+  created_at: string;
+  archived_at: string | null;
 }
 
 /** A deployment (migration 0016): `body` is the API document; the other columns serve the scheduler. */

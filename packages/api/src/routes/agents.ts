@@ -18,6 +18,7 @@ import {
   normalizeSkills,
   normalizeTools,
 } from "../schemas/agent.ts";
+import { type Multiagent, type MultiagentParam, MultiagentProblem, resolveMultiagent } from "../schemas/multiagent.ts";
 import { fromJson, newIdFor, nowIso, pathId } from "../util.ts";
 import { applyMetadataPatch, parseJsonBody, parseQuery, queryInt } from "../validate.ts";
 
@@ -50,6 +51,32 @@ export async function loadAgentIn(db: Kysely<Database> | Transaction<Database>, 
   return fromJson<Agent>(old.body);
 }
 
+/**
+ * The stored form of a `multiagent` request, its roster read through `db`
+ * (the write's transaction, so a roster agent cannot change between the
+ * check and the write). `self` names the agent at the version being written.
+ */
+async function resolveRoster(
+  db: Kysely<Database> | Transaction<Database>,
+  param: MultiagentParam,
+  stored: Multiagent | null,
+  self: { id: string; version: number },
+): Promise<Multiagent> {
+  const find = async (id: string, version: number | undefined) => {
+    const agent = await loadAgentIn(db, id, version).catch((err: unknown) => {
+      if (err instanceof ApiError && err.status === 404) return null;
+      throw err;
+    });
+    return agent && { id: agent.id, version: agent.version, archived: agent.archived_at !== null, multiagent: agent.multiagent };
+  };
+  try {
+    return await resolveMultiagent(param, stored, { find, self: { type: "agent", id: self.id, version: self.version } });
+  } catch (err) {
+    if (err instanceof MultiagentProblem) throw badRequest(err.message);
+    throw err;
+  }
+}
+
 function checkConfig(config: Pick<AgentConfig, "tools" | "mcp_servers">): void {
   const problem = agentConfigProblem(config);
   if (problem) throw badRequest(problem);
@@ -80,18 +107,19 @@ export function agentRoutes(): Hono<AppEnv> {
       skills: normalizeSkills(input.skills ?? []),
       mcp_servers: input.mcp_servers ?? [],
       metadata: input.metadata ?? {},
-      multiagent: input.multiagent ?? null,
+      multiagent: null,
       execution_identity: input.execution_identity ?? { type: "service_account" },
       created_at: now,
       updated_at: now,
       archived_at: null,
     };
     checkConfig(agent);
-    const body = JSON.stringify(agent);
     await c
       .get("deps")
       .storage.db.transaction()
       .execute(async (trx) => {
+        if (input.multiagent) agent.multiagent = await resolveRoster(trx, input.multiagent, null, agent);
+        const body = JSON.stringify(agent);
         await trx
           .insertInto("agents")
           .values({ id: agent.id, version: 1, name: agent.name, body, created_at: now, updated_at: now, archived_at: null })
@@ -133,7 +161,9 @@ export function agentRoutes(): Hono<AppEnv> {
       if (input.tools !== undefined) next.tools = normalizeTools(input.tools ?? []);
       if (input.skills !== undefined) next.skills = normalizeSkills(input.skills ?? []);
       if (input.mcp_servers !== undefined) next.mcp_servers = input.mcp_servers ?? [];
-      if (input.multiagent !== undefined) next.multiagent = input.multiagent;
+      if (input.multiagent !== undefined)
+        next.multiagent =
+          input.multiagent && (await resolveRoster(trx, input.multiagent, current.multiagent, { id, version: current.version + 1 }));
       if (input.execution_identity !== undefined) next.execution_identity = input.execution_identity ?? { type: "service_account" };
       next.metadata = applyMetadataPatch(current.metadata, input.metadata);
       checkConfig(next);

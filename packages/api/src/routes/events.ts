@@ -52,7 +52,11 @@ export const eventListQuery = z.object({
   "created_at[lte]": timestamp.optional(),
 });
 
-async function listEvents(c: Context<AppEnv>, sessionId: string) {
+/**
+ * A session's events; with `thread`, only that thread's (null: the primary
+ * thread's, events without a `thread_id`), for the thread routes.
+ */
+export async function listEvents(c: Context<AppEnv>, sessionId: string, thread?: string | null) {
   await readableSession(c, sessionId);
   const q = parseQuery(c, eventListQuery);
   const cursor = decodeCursor(q.page);
@@ -68,6 +72,7 @@ async function listEvents(c: Context<AppEnv>, sessionId: string) {
     .orderBy("seq", order)
     .limit(q.limit + 1);
   if (after !== undefined) query = query.where("seq", order === "asc" ? ">" : "<", after);
+  if (thread !== undefined) query = thread === null ? query.where("thread_id", "is", null) : query.where("thread_id", "=", thread);
   if (q.types?.length) query = query.where("type", "in", q.types);
   for (const [op, key] of [
     [">", "created_at[gt]"],
@@ -193,6 +198,7 @@ async function follow(
   wakeups: Wakeups,
   channel: SseChannel,
   previews: PreviewFilter,
+  thread: string | null | undefined,
 ) {
   const deps = c.get("deps");
   const { db } = deps.storage;
@@ -205,8 +211,9 @@ async function follow(
       const { rows: batch, startedAt } = await readEventsAfterShared(db, sessionId, cursor, READ_BATCH);
       for (const event of batch) {
         previews.finalized(event.type, event.id);
-        if (!(await channel.send({ event: event.type, id: event.id, data: event.body }))) return;
         cursor = event.seq;
+        if (thread !== undefined && (event.thread_id ?? null) !== thread) continue;
+        if (!(await channel.send({ event: event.type, id: event.id, data: event.body }))) return;
         if (event.type === "session.deleted") return;
       }
       // A full batch may have more behind it; a shared read that began before our wake-up may miss what woke us.
@@ -227,7 +234,8 @@ export const eventStreamQuery = z.object({
   after_id: z.string().min(1).max(256).optional(),
 });
 
-async function streamEvents(c: Context<AppEnv>, sessionId: string): Promise<Response> {
+/** A session's SSE stream; with `thread`, only that thread's events (null: the primary thread's). */
+export async function streamEvents(c: Context<AppEnv>, sessionId: string, thread?: string | null): Promise<Response> {
   const credential = requireCredential(c, "api_key", "environment_key", "sessions_token");
   const q = parseQuery(c, eventStreamQuery);
   // Previews (§5.7) only for the types this connection asked for; they carry no SSE id, so a resume replays the log alone.
@@ -267,7 +275,7 @@ async function streamEvents(c: Context<AppEnv>, sessionId: string): Promise<Resp
       const unlisten = previews.listen(bus, sessionId, (frame) => {
         void channel.send({ event: frame.type, data: JSON.stringify(frame) });
       });
-      return follow(c, sessionId, startSeq, wakeups, channel, previews).finally(() => {
+      return follow(c, sessionId, startSeq, wakeups, channel, previews, thread).finally(() => {
         unlisten();
         unsubscribe();
       });

@@ -494,6 +494,7 @@ async function deleteSession(c: Context<AppEnv>, id: string): Promise<void> {
     await trx.deleteFrom("session_resources").where("session_id", "=", id).execute();
     await trx.deleteFrom("session_activity").where("session_id", "=", id).execute();
     await trx.deleteFrom("session_compactions").where("session_id", "=", id).execute();
+    await trx.deleteFrom("session_threads").where("session_id", "=", id).execute();
     await trx.deleteFrom("sessions").where("id", "=", id).execute();
     return row.environment_id;
   });

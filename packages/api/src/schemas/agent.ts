@@ -4,6 +4,7 @@
  * session-level tool swaps, so there is one place that defines an agent.
  */
 import { z } from "zod";
+import { type Multiagent, multiagentParam } from "./multiagent.ts";
 
 const policy = z.discriminatedUnion("type", [
   z.object({ type: z.literal("always_allow") }),
@@ -120,7 +121,7 @@ export const agentCreateSchema = z.object({
   skills: z.array(skillParam).max(64).optional(),
   mcp_servers: mcpServersParam.optional(),
   metadata: metadata.optional(),
-  multiagent: z.record(z.string(), z.unknown()).nullish(),
+  multiagent: multiagentParam.nullish(),
   execution_identity: executionIdentityParam.nullish(),
 });
 
@@ -134,7 +135,7 @@ export const agentUpdateSchema = z.object({
   skills: z.array(skillParam).max(64).nullish(),
   mcp_servers: mcpServersParam.nullish(),
   metadata: z.record(z.string().max(64), z.string().max(512).nullable()).nullish(),
-  multiagent: z.record(z.string(), z.unknown()).nullish(),
+  multiagent: multiagentParam.nullish(),
   execution_identity: executionIdentityParam.nullish(),
 });
 
@@ -149,7 +150,7 @@ export interface AgentConfig {
   tools: unknown[];
   skills: Array<{ type: "anthropic" | "custom"; skill_id: string; version: string }>;
   mcp_servers: Array<{ type: "url"; name: string; url: string }>;
-  multiagent: Record<string, unknown> | null;
+  multiagent: Multiagent | null;
   execution_identity: { type: "service_account" } | { type: "aws_role"; role_arn: string };
 }
 

@@ -202,6 +202,8 @@ export interface EventDraft {
   dedupeKey: string | null;
   /** The event's id when already promised (an `event_deltas` preview announced it); a fresh one otherwise. */
   id?: string;
+  /** The thread the event belongs to (null or absent: the primary thread). */
+  threadId?: string | null;
 }
 
 /**

@@ -1,0 +1,207 @@
+/**
+ * Multi-agent threads through the official SDK against the server with its
+ * brain on and the scripted model, on both backends: a coordinator with a
+ * roster of two agents messages both through `send_thread_message`, each
+ * runs its own turn in its own thread (events tagged with the thread), their
+ * replies come back as `agent.thread_message_received`, and the thread
+ * resources (list, retrieve, archive, events, stream) say what happened,
+ * with per-thread usage adding up to the session's.
+ */
+import Anthropic from "@anthropic-ai/sdk";
+import type { BetaManagedAgentsSessionEvent, BetaManagedAgentsStreamSessionEvents } from "@anthropic-ai/sdk/resources/beta/sessions/events";
+import type {
+  BetaManagedAgentsSessionThread,
+  BetaManagedAgentsStreamSessionThreadEvents,
+} from "@anthropic-ai/sdk/resources/beta/sessions/threads/threads";
+import { type ScriptedModel, startScriptedModel } from "@openma/scripted-model";
+import { BACKENDS } from "@openma/storage/testing";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startTestServer, type TestServer } from "../support/server.ts";
+
+const MODEL_KEY = "sk-scripted-threads";
+const send = (agent: string, message: string) => ({ type: "tool_use" as const, name: "send_thread_message", input: { agent, message } });
+
+describe.each(BACKENDS)("multi-agent threads through the SDK on %s", (dialect) => {
+  let model: ScriptedModel;
+  let t: TestServer;
+  beforeAll(async () => {
+    model = await startScriptedModel({
+      apiKey: MODEL_KEY,
+      script: [
+        {
+          match: { system_contains: "ROLE:lead", last_user_text_contains: "plan the trip" },
+          response: {
+            content: [send("researcher", "find flights"), send("writer", "draft the note")],
+            usage: { input_tokens: 100, output_tokens: 10 },
+          },
+        },
+        { match: { system_contains: "ROLE:lead", tool_result_for: "send_thread_message" }, times: 2, response: "Waiting for my team." },
+        {
+          match: { system_contains: "ROLE:researcher", last_user_text_contains: "find flights" },
+          response: { content: [{ type: "text", text: "flights: 2 options" }], usage: { input_tokens: 30, output_tokens: 7 } },
+        },
+        { match: { system_contains: "ROLE:writer", last_user_text_contains: "shorter please" }, response: "short note" },
+        {
+          match: { system_contains: "ROLE:writer", last_user_text_contains: "draft the note" },
+          response: { content: [{ type: "text", text: "note drafted" }], usage: { input_tokens: 40, output_tokens: 9 } },
+        },
+        { match: { system_contains: "ROLE:lead", last_user_text_contains: "flights: 2 options" }, response: "Got the flights." },
+        { match: { system_contains: "ROLE:lead", last_user_text_contains: "note drafted" }, response: "All done." },
+        {
+          match: { system_contains: "ROLE:lead", last_user_text_contains: "ask the writer again" },
+          response: { content: [send("writer", "shorter please")] },
+        },
+        { match: { system_contains: "ROLE:lead", last_user_text_contains: "short note" }, response: "Thanks." },
+      ],
+    });
+    t = await startTestServer(dialect, { OPENMA_BRAIN: "on", OPENMA_MODEL_BASE_URL: model.url, OPENMA_MODEL_API_KEY: MODEL_KEY });
+  });
+  afterAll(async () => {
+    await t?.close();
+    await model?.close();
+  });
+
+  /** Reads the session stream until the coordinator says `last`, then until its idle. */
+  async function until(stream: AsyncIterable<BetaManagedAgentsStreamSessionEvents> & { controller: AbortController }, last: string) {
+    const seen: BetaManagedAgentsStreamSessionEvents[] = [];
+    let said = false;
+    for await (const event of stream) {
+      seen.push(event);
+      if (event.type === "agent.message" && event.content.some((b) => b.type === "text" && b.text === last)) said = true;
+      if (said && event.type === "session.status_idle") break;
+    }
+    stream.controller.abort();
+    return seen;
+  }
+
+  it("runs a coordinator and two subagents in their own threads", async () => {
+    const client = t.client.beta;
+    const researcher = await client.agents.create({ name: "researcher", model: "claude-test-1", system: "ROLE:researcher" });
+    const writer = await client.agents.create({ name: "writer", model: "claude-test-1", system: "ROLE:writer" });
+    const lead = await client.agents.create({
+      name: "lead",
+      model: "claude-test-1",
+      system: "ROLE:lead",
+      multiagent: { type: "coordinator", agents: [researcher.id, writer.id] },
+    });
+    const env = await client.environments.create({ name: "none", config: { type: "none" } as never });
+    const session = await client.sessions.create({ agent: lead.id, environment_id: env.id });
+    expect((await client.sessions.threads.list(session.id)).data).toEqual([]);
+
+    const stream = await client.sessions.events.stream(session.id);
+    await client.sessions.events.send(session.id, {
+      events: [{ type: "user.message", content: [{ type: "text", text: "plan the trip" }] }],
+    });
+    const seen = await until(stream, "All done.");
+
+    // The coordinator's tool and the lifecycle of both threads, on the session stream.
+    const created = seen.filter((e) => e.type === "session.thread_created");
+    expect(created.map((e) => e.type === "session.thread_created" && e.agent_name)).toEqual(["researcher", "writer"]);
+    const toolUses = seen.filter((e) => e.type === "agent.tool_use");
+    expect(toolUses.map((e) => e.type === "agent.tool_use" && [e.name, e.evaluated_permission])).toEqual([
+      ["send_thread_message", "allow"],
+      ["send_thread_message", "allow"],
+    ]);
+    const received = seen.filter((e) => e.type === "agent.thread_message_received");
+    expect(received.map((e) => e.type === "agent.thread_message_received" && [e.from_agent_name, e.content])).toEqual([
+      ["lead", [{ type: "text", text: "find flights" }]],
+      ["lead", [{ type: "text", text: "draft the note" }]],
+      ["researcher", [{ type: "text", text: "flights: 2 options" }]],
+      ["writer", [{ type: "text", text: "note drafted" }]],
+    ]);
+    expect(seen.filter((e) => e.type === "agent.thread_message_sent")).toHaveLength(4);
+
+    // Thread resources, typed by the SDK.
+    const threads: BetaManagedAgentsSessionThread[] = [];
+    for await (const thread of client.sessions.threads.list(session.id, { limit: 1 })) threads.push(thread);
+    expect(threads.map((th) => [th.agent.type === "agent" && th.agent.name, th.parent_thread_id === null, th.status])).toEqual([
+      ["lead", true, "idle"],
+      ["researcher", false, "idle"],
+      ["writer", false, "idle"],
+    ]);
+    const [primary, research, write] = threads as [
+      BetaManagedAgentsSessionThread,
+      BetaManagedAgentsSessionThread,
+      BetaManagedAgentsSessionThread,
+    ];
+    expect(research.parent_thread_id).toBe(primary.id);
+    expect(research.agent).toMatchObject({ type: "agent", id: researcher.id, version: 1, system: "ROLE:researcher" });
+    expect(research.id).toMatch(/^sthr_/);
+    expect(await client.sessions.threads.retrieve(write.id, { session_id: session.id })).toMatchObject({
+      id: write.id,
+      type: "session_thread",
+    });
+
+    // Each thread's usage is its own; together they are the session's.
+    const usage = (await client.sessions.retrieve(session.id)).usage;
+    expect(research.usage).toMatchObject({ input_tokens: 30, output_tokens: 7 });
+    expect(write.usage).toMatchObject({ input_tokens: 40, output_tokens: 9 });
+    const sum = (k: "input_tokens" | "output_tokens" | "cache_read_input_tokens") => threads.reduce((n, th) => n + (th.usage?.[k] ?? 0), 0);
+    expect(sum("input_tokens")).toBe(usage.input_tokens);
+    expect(sum("output_tokens")).toBe(usage.output_tokens);
+    expect(sum("cache_read_input_tokens")).toBe(usage.cache_read_input_tokens);
+    expect(research.stats?.duration_seconds).toBeGreaterThanOrEqual(0);
+
+    // A thread's events: its own log, tool uses and statuses tagged with it.
+    const events: BetaManagedAgentsSessionEvent[] = [];
+    for await (const e of client.sessions.threads.events.list(research.id, { session_id: session.id })) events.push(e);
+    expect(events.map((e) => e.type)).toEqual([
+      "session.thread_created",
+      "agent.thread_message_received",
+      "session.thread_status_running",
+      "span.model_request_start",
+      "agent.message",
+      "span.model_request_end",
+      "session.usage",
+      "session.thread_status_idle",
+      "agent.thread_message_sent",
+    ]);
+    const idle = events.find((e) => e.type === "session.thread_status_idle");
+    expect(idle?.type === "session.thread_status_idle" && [idle.session_thread_id, idle.agent_name, idle.stop_reason]).toEqual([
+      research.id,
+      "researcher",
+      { type: "end_turn" },
+    ]);
+    const primaryEvents: BetaManagedAgentsSessionEvent[] = [];
+    for await (const e of client.sessions.threads.events.list(primary.id, { session_id: session.id })) primaryEvents.push(e);
+    expect(
+      primaryEvents.some((e) => e.type === "agent.message" && e.content.some((b) => b.type === "text" && b.text === "flights: 2 options")),
+    ).toBe(false);
+    expect(primaryEvents[0]?.type).toBe("user.message");
+
+    // The writer's own stream, while the coordinator messages it again (same thread, no new one).
+    const writerStream = await client.sessions.threads.events.stream(write.id, { session_id: session.id });
+    const again = await client.sessions.events.stream(session.id);
+    await client.sessions.events.send(session.id, {
+      events: [{ type: "user.message", content: [{ type: "text", text: "ask the writer again" }] }],
+    });
+    const writerSeen: BetaManagedAgentsStreamSessionThreadEvents[] = [];
+    for await (const e of writerStream) {
+      writerSeen.push(e);
+      if (e.type === "agent.thread_message_sent") break;
+    }
+    writerStream.controller.abort();
+    expect(writerSeen.map((e) => e.type)).toEqual([
+      "agent.thread_message_received",
+      "session.thread_status_running",
+      "span.model_request_start",
+      "agent.message",
+      "span.model_request_end",
+      "session.usage",
+      "session.thread_status_idle",
+      "agent.thread_message_sent",
+    ]);
+    const more = await until(again, "Thanks.");
+    expect(more.some((e) => e.type === "session.thread_created")).toBe(false);
+
+    // Archive: a subagent thread, never the primary one.
+    const archived = await client.sessions.threads.archive(research.id, { session_id: session.id });
+    expect(archived.archived_at).not.toBeNull();
+    const refused = await client.sessions.threads.archive(primary.id, { session_id: session.id }).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(Anthropic.BadRequestError);
+    const missing = await client.sessions.threads.retrieve("sthr_missing", { session_id: session.id }).catch((e: unknown) => e);
+    expect(missing).toBeInstanceOf(Anthropic.NotFoundError);
+    const idleOnly = await client.sessions.threads.list(session.id, { statuses: ["running"] });
+    expect(idleOnly.data).toEqual([]);
+  });
+});
