@@ -4,7 +4,7 @@
  * builder need. The log is the only state; nothing survives between steps
  * except what was appended.
  */
-import type { BillableUsage } from "@openma/pricing";
+import { type BillableUsage, billableUsageOf } from "@openma/pricing";
 import type { Storage } from "@openma/storage";
 import { inScope, type Scope } from "./threads.ts";
 
@@ -168,22 +168,6 @@ function num(v: unknown): number {
   return typeof v === "number" && Number.isFinite(v) && v > 0 ? v : 0;
 }
 
-function usageOf(raw: unknown): CumulativeUsage {
-  const u = (raw ?? {}) as Record<string, unknown>;
-  const creation = (u.cache_creation ?? {}) as Record<string, unknown>;
-  const tools = (u.server_tool_use ?? {}) as Record<string, unknown>;
-  return {
-    input_tokens: num(u.input_tokens),
-    output_tokens: num(u.output_tokens),
-    cache_read_input_tokens: num(u.cache_read_input_tokens),
-    cache_creation: {
-      ephemeral_5m_input_tokens: num(creation.ephemeral_5m_input_tokens),
-      ephemeral_1h_input_tokens: num(creation.ephemeral_1h_input_tokens),
-    },
-    server_tool_use: { web_fetch_requests: num(tools.web_fetch_requests), web_search_requests: num(tools.web_search_requests) },
-  };
-}
-
 /** Tokens a response says its conversation holds: everything the next request sends again, plus what it wrote. */
 function contextSize(raw: unknown): number {
   const u = (raw ?? {}) as Record<string, unknown>;
@@ -204,7 +188,7 @@ export function scanLog(events: readonly LoggedEvent[]): LogState {
     toolUses: [],
     results: new Map(),
     confirmations: new Map(),
-    usage: usageOf(undefined),
+    usage: billableUsageOf(undefined),
     outcome: null,
     contextTokens: 0,
     compaction: null,
@@ -324,7 +308,7 @@ export function scanLog(events: readonly LoggedEvent[]): LogState {
         state.lastContentSeq = e.seq;
         break;
       case "session.usage":
-        state.usage = usageOf(b.usage);
+        state.usage = billableUsageOf(b.usage);
         break;
       case "session.deleted":
         state.terminated = true;

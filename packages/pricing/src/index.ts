@@ -173,6 +173,24 @@ export interface BillableUsage {
   server_tool_use: { web_fetch_requests: number; web_search_requests: number };
 }
 
+/** A usage snapshot as an event carries it, with absent, malformed or negative counters as 0. */
+export function billableUsageOf(raw: unknown): BillableUsage {
+  const count = (v: unknown) => (typeof v === "number" && Number.isFinite(v) && v > 0 ? v : 0);
+  const u = (raw ?? {}) as Record<string, unknown>;
+  const creation = (u.cache_creation ?? {}) as Record<string, unknown>;
+  const tools = (u.server_tool_use ?? {}) as Record<string, unknown>;
+  return {
+    input_tokens: count(u.input_tokens),
+    output_tokens: count(u.output_tokens),
+    cache_read_input_tokens: count(u.cache_read_input_tokens),
+    cache_creation: {
+      ephemeral_5m_input_tokens: count(creation.ephemeral_5m_input_tokens),
+      ephemeral_1h_input_tokens: count(creation.ephemeral_1h_input_tokens),
+    },
+    server_tool_use: { web_fetch_requests: count(tools.web_fetch_requests), web_search_requests: count(tools.web_search_requests) },
+  };
+}
+
 export interface MonetaryAmount {
   /** Integer minor units (cents) as a string, no leading zeros. */
   amount: string;

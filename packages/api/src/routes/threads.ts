@@ -16,6 +16,7 @@
  * - stats: running time from the thread's status events, duration since it
  *   was created.
  */
+import { type BillableUsage, billableUsageOf } from "@openma/pricing";
 import type { Database, SessionThreadRow } from "@openma/storage";
 import type { Context } from "hono";
 import { Hono } from "hono";
@@ -46,43 +47,9 @@ const THREAD_STATUS: Record<string, Status> = {
   "session.status_terminated": "terminated",
 };
 
-interface Usage {
-  input_tokens: number;
-  output_tokens: number;
-  cache_read_input_tokens: number;
-  cache_creation: { ephemeral_5m_input_tokens: number; ephemeral_1h_input_tokens: number };
-  server_tool_use: { web_fetch_requests: number; web_search_requests: number };
-}
+type Usage = BillableUsage;
 
-function zeroUsage(): Usage {
-  return {
-    input_tokens: 0,
-    output_tokens: 0,
-    cache_read_input_tokens: 0,
-    cache_creation: { ephemeral_5m_input_tokens: 0, ephemeral_1h_input_tokens: 0 },
-    server_tool_use: { web_fetch_requests: 0, web_search_requests: 0 },
-  };
-}
-
-function num(v: unknown): number {
-  return typeof v === "number" && Number.isFinite(v) ? v : 0;
-}
-
-function usageOf(raw: unknown): Usage {
-  const u = (raw ?? {}) as Record<string, Record<string, unknown> | unknown>;
-  const cc = (u.cache_creation ?? {}) as Record<string, unknown>;
-  const st = (u.server_tool_use ?? {}) as Record<string, unknown>;
-  return {
-    input_tokens: num(u.input_tokens),
-    output_tokens: num(u.output_tokens),
-    cache_read_input_tokens: num(u.cache_read_input_tokens),
-    cache_creation: {
-      ephemeral_5m_input_tokens: num(cc.ephemeral_5m_input_tokens),
-      ephemeral_1h_input_tokens: num(cc.ephemeral_1h_input_tokens),
-    },
-    server_tool_use: { web_fetch_requests: num(st.web_fetch_requests), web_search_requests: num(st.web_search_requests) },
-  };
-}
+const zeroUsage = (): Usage => billableUsageOf(undefined);
 
 /** `into += next - prev`, field by field. */
 function addDelta(into: Usage, next: Usage, prev: Usage): void {
@@ -117,7 +84,7 @@ async function fold(db: Kysely<Database>, sessionId: string, nowMs: number): Pro
     const thread = row.thread_id ?? null;
     const body = JSON.parse(row.body) as Record<string, unknown>;
     if (row.type === "session.usage") {
-      const next = usageOf(body.usage);
+      const next = billableUsageOf(body.usage);
       const mine = out.usage.get(thread) ?? zeroUsage();
       addDelta(mine, next, total);
       out.usage.set(thread, mine);
