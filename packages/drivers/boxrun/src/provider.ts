@@ -87,7 +87,8 @@ type BoxOptions = Parameters<Boxlite["create"]>[0];
 export interface BoxliteProviderOptions {
   /** The conformance table's driver name. */
   name: string;
-  runtime: Boxlite;
+  /** The runtime, or how to open it on first use (an embedded runtime that cannot open here must not break construction). */
+  runtime: Boxlite | (() => Boxlite);
   /** Resolved at each create (the embedded runtime's layout is built on first use). */
   source: () => Promise<BoxSource>;
   /** The box name prefix listings filter by (the driver's name prefix). */
@@ -122,7 +123,8 @@ export function boxRunProvider(config: BoxRunConfig): BoxliteProvider {
 export class BoxliteProvider implements CloudProvider {
   readonly name: string;
   readonly stdinEof = true;
-  readonly #rt: Boxlite;
+  readonly #open: () => Boxlite;
+  #opened: Boxlite | null = null;
   readonly #source: () => Promise<BoxSource>;
   readonly #prefix: string;
   readonly #options: BoxliteProviderOptions;
@@ -130,10 +132,16 @@ export class BoxliteProvider implements CloudProvider {
 
   constructor(options: BoxliteProviderOptions) {
     this.name = options.name;
-    this.#rt = options.runtime;
+    const runtime = options.runtime;
+    this.#open = typeof runtime === "function" ? runtime : () => runtime;
     this.#source = options.source;
     this.#prefix = options.namePrefix;
     this.#options = options;
+  }
+
+  get #rt(): Boxlite {
+    this.#opened ??= this.#open();
+    return this.#opened;
   }
 
   #runtime(info: Info, labels: Record<string, string>): ProviderRuntime {

@@ -126,6 +126,22 @@ export class LiteboxDriver extends RemoteSandboxDriver {
     if (!probe.booted) return { type: "unavailable", reason: `litebox: no micro-VM boots on this host: ${probe.error}`, retryable: false };
     return super.acquire(input);
   }
+
+  override async listOwned(input: Parameters<RemoteSandboxDriver["listOwned"]>[0]): ReturnType<RemoteSandboxDriver["listOwned"]> {
+    if (!liteboxRuntimeOpens(this.#config.homeDir)) return { type: "listed", runtimes: [] };
+    return super.listOwned(input);
+  }
+}
+
+/** Whether the embedded runtime opens here at all: where it cannot (no KVM), no box of it can exist on this host. */
+export function liteboxRuntimeOpens(homeDir: string): boolean {
+  try {
+    liteboxRuntime(homeDir);
+    return true;
+  } catch (err) {
+    if (BOOT_FAILURE.test(err instanceof Error ? err.message : String(err))) return false;
+    throw err;
+  }
 }
 
 export function createLiteboxDriver(config: LiteboxConfig, options: RemoteDriverOptions = {}): LiteboxDriver {
@@ -137,7 +153,7 @@ export function createLiteboxDriver(config: LiteboxConfig, options: RemoteDriver
   });
   const provider = new BoxliteProvider({
     name: LITEBOX_PROVIDER,
-    runtime: liteboxRuntime(config.homeDir),
+    runtime: () => liteboxRuntime(config.homeDir),
     source,
     namePrefix: options.namePrefix ?? "openma",
     permanent: (message) => BOOT_FAILURE.test(message),
