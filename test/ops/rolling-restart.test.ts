@@ -99,6 +99,8 @@ describe("a rolling restart of two servers and a runtime host on one Postgres", 
     return serve();
   }
 
+  // Only bounds a broken run: 50 sessions through two restarts on a loaded CI machine can take over the default minute.
+  const BROKEN_RUN_MS = 240_000;
   const answered = (events: LoggedEvent[]) => events.filter((e) => e.type === "agent.message").length;
   const requestsOf = (sessionId: string) =>
     model.requests.filter((r) => (r.body as { metadata?: { user_id?: string } }).metadata?.user_id === sessionId).length;
@@ -137,15 +139,20 @@ describe("a rolling restart of two servers and a runtime host on one Postgres", 
     await until(
       async () => (await Promise.all(sessions.map(async (id) => answered(await allEvents(client, id))))).every((n) => n === 1),
       "every first turn",
+      BROKEN_RUN_MS,
     );
 
     // Turn 2; now B is stopped mid-turn.
     await Promise.all(sessions.map((id) => send(id, "second")));
     b = await restart(b, SESSIONS);
-    await until(async () => {
-      const logs = await Promise.all(sessions.map((id) => allEvents(client, id)));
-      return logs.every((events) => answered(events) === 2 && events.at(-1)?.type === "session.status_idle");
-    }, "every second turn");
+    await until(
+      async () => {
+        const logs = await Promise.all(sessions.map((id) => allEvents(client, id)));
+        return logs.every((events) => answered(events) === 2 && events.at(-1)?.type === "session.status_idle");
+      },
+      "every second turn",
+      BROKEN_RUN_MS,
+    );
 
     for (const id of sessions) {
       const events = await allEvents(client, id);
@@ -160,10 +167,14 @@ describe("a rolling restart of two servers and a runtime host on one Postgres", 
     // stopped, each had one run, every run completed, and every self-hosted session had at least one.
     const workItems = () =>
       store.storage.db.selectFrom("work_items").select(["state"]).where("environment_id", "=", selfHosted.id).execute();
-    await until(async () => {
-      const items = await workItems();
-      return items.length > 0 && items.every((w) => w.state === "stopped") && runs.length === items.length;
-    }, "the self-hosted sessions' Work to stop");
+    await until(
+      async () => {
+        const items = await workItems();
+        return items.length > 0 && items.every((w) => w.state === "stopped") && runs.length === items.length;
+      },
+      "the self-hosted sessions' Work to stop",
+      BROKEN_RUN_MS,
+    );
     expect(runs.filter((r) => r.result.type !== "completed").map((r) => r.result)).toEqual([]);
     expect(new Set(runs.map((r) => r.sessionId))).toEqual(new Set(sessions.slice(SESSIONS - SELF_HOSTED)));
 
