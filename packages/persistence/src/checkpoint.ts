@@ -10,7 +10,8 @@
  */
 import type { FileHandle } from "node:fs/promises";
 import { type BlobStore, sha256Hex } from "@openma/storage/blobs";
-import { CHUNKING_ALGORITHM, type ChunkParams, chunkStream, DEFAULT_CHUNKING, validateChunkParams } from "./chunker.ts";
+import { BufferPool } from "./buffer-pool.ts";
+import { CHUNKING_ALGORITHM, type ChunkParams, chunkBufferBytes, chunkStream, DEFAULT_CHUNKING, validateChunkParams } from "./chunker.ts";
 import { DEFAULT_CONCURRENCY, forEachLimit, getOrMake } from "./concurrency.ts";
 import { type Issue, IssueError, issue, toIssue } from "./issues.ts";
 import {
@@ -110,6 +111,8 @@ export async function createCheckpoint(store: BlobStore, root: string, opts: Che
   if (issues.length > 0) return { ok: false, error: issues[0]!, issues };
 
   const writer = new PackWriter(store, opts.packBytes ?? DEFAULT_PACK_BYTES, chunking.max, opts.verifyExisting ?? false);
+  // One read buffer per file in flight, reused from file to file.
+  const readBuffers = new BufferPool(chunkBufferBytes(chunking));
   const files = walked.entries.filter((e): e is FileEntry => e.type === "file");
   const stored = new Map<string, StoredFile>();
   let cachedFiles = 0;
@@ -126,7 +129,7 @@ export async function createCheckpoint(store: BlobStore, root: string, opts: Che
         cachedFiles++;
         stored.set(entry.path, { type: "file", path: entry.path, mode: entry.mode, size: entry.size, chunks });
       } else {
-        stored.set(entry.path, await storeFile(walked.root, entry, chunking, writer, opts.afterFileRead));
+        stored.set(entry.path, await storeFile(walked.root, entry, chunking, writer, readBuffers, opts.afterFileRead));
       }
     });
     await writer.finish();
@@ -230,6 +233,8 @@ export async function putImmutable(store: BlobStore, key: string, bytes: Uint8Ar
 
 /** Seals written at once; more wait, which bounds memory to a few packs. */
 const SEALS_IN_FLIGHT = 2;
+/** Room left after a pack's chunks for its index (about 75 bytes per chunk), so sealing needs no copy. */
+const PACK_INDEX_ROOM = 2 * 1024 * 1024;
 
 /**
  * Packs new chunks and remembers where every known chunk lives. Chunks are
@@ -249,15 +254,19 @@ class PackWriter {
   private readonly packChecks = new Map<string, Promise<Set<string> | "present" | null>>();
   private readonly forwards = new Map<string, Promise<PackForward | null>>();
   private open: { builder: PackBuilder; refs: ChunkRef[] } | null = null;
+  /** Pack buffers come back here once their pack is written: at most the open pack plus those in flight exist. */
+  private readonly packBuffers: BufferPool;
   private readonly seals: Promise<void>[] = [];
   private failure: unknown = null;
 
   constructor(
     private readonly store: BlobStore,
     private readonly packBytes: number,
-    private readonly maxChunk: number,
+    maxChunk: number,
     private readonly verifyExisting: boolean,
-  ) {}
+  ) {
+    this.packBuffers = new BufferPool(packBytes + maxChunk + PACK_INDEX_ROOM);
+  }
 
   learn(chunks: readonly ChunkRef[]): void {
     for (const c of chunks) if (c.pack !== undefined && !this.learned.has(c.sha256)) this.learned.set(c.sha256, c);
@@ -271,7 +280,7 @@ class PackWriter {
     const raced = this.placed.get(sha256);
     if (raced) return raced;
     if (this.failure) throw this.failure;
-    if (!this.open) this.open = { builder: new PackBuilder(this.packBytes + this.maxChunk), refs: [] };
+    if (!this.open) this.open = { builder: new PackBuilder(this.packBuffers.take()), refs: [] };
     const ref: ChunkRef = { sha256, size: data.length, pack: "", offset: this.open.builder.add(sha256, data) };
     this.open.refs.push(ref);
     this.placed.set(sha256, ref);
@@ -341,7 +350,7 @@ class PackWriter {
     for (const r of open.refs) r.pack = sealed.id;
     this.stats.packs++;
     const write = putImmutable(this.store, packKey(sealed.id), sealed.bytes).then(
-      () => undefined,
+      () => this.packBuffers.give(open.builder.backing),
       (err) => {
         this.failure ??= new IssueError(toIssue(err, "store_error"));
       },
@@ -388,14 +397,16 @@ async function storeFile(
   entry: FileEntry,
   chunking: ChunkParams,
   writer: PackWriter,
+  buffers: BufferPool,
   afterRead: CheckpointOptions["afterFileRead"],
 ): Promise<StoredFile> {
   const fh = await openVerified(root, entry);
+  const buffer = buffers.take();
   try {
     const chunks: ChunkRef[] = [];
     const counter = { read: 0 };
     // Views, not copies: `place` copies a new chunk into the open pack before the next one is read.
-    for await (const chunk of chunkStream(boundedReader(fh, entry.size, counter), chunking, entry.size, false)) {
+    for await (const chunk of chunkStream(boundedReader(fh, entry.size, counter), chunking, entry.size, false, buffer)) {
       chunks.push(await writer.place(sha256Hex(chunk), chunk));
     }
     await afterRead?.(entry.path);
@@ -408,6 +419,7 @@ async function storeFile(
     if (err instanceof IssueError) throw err;
     throw new IssueError(fsIssue(entry.path, err));
   } finally {
+    buffers.give(buffer);
     await fh.close();
   }
 }

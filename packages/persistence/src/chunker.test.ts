@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { describe, expect, it } from "vitest";
-import { type ChunkParams, chunkBuffer, chunkStream, DEFAULT_CHUNKING, validateChunkParams } from "./chunker.ts";
+import { type ChunkParams, chunkBuffer, chunkBufferBytes, chunkStream, DEFAULT_CHUNKING, validateChunkParams } from "./chunker.ts";
 import { seededBytes } from "./testkit.ts";
 
 const hashes = (chunks: Iterable<Uint8Array>) => [...chunks].map((c) => createHash("sha256").update(c).digest("hex"));
@@ -48,6 +48,26 @@ describe("content-defined chunker", () => {
     const streamed: Buffer[] = [];
     for await (const c of chunkStream(read)) streamed.push(c);
     expect(hashes(streamed)).toEqual(hashes(chunkBuffer(data)));
+  });
+
+  it("chunks the same through a caller's reused buffer, file after file, and refuses one too small", async () => {
+    const reader = (bytes: Buffer) => {
+      let pos = 0;
+      return async (buf: Uint8Array, offset: number, length: number) => {
+        const n = Math.min(length, bytes.length - pos);
+        buf.set(bytes.subarray(pos, pos + n), offset);
+        pos += n;
+        return n;
+      };
+    };
+    const shared = Buffer.alloc(chunkBufferBytes(DEFAULT_CHUNKING));
+    for (const input of [data, data.subarray(0, 5_000), data.subarray(1_000_000)]) {
+      const streamed: string[] = [];
+      for await (const c of chunkStream(reader(input), DEFAULT_CHUNKING, input.length, false, shared)) streamed.push(...hashes([c]));
+      expect(streamed).toEqual(hashes(chunkBuffer(input)));
+    }
+    const small = chunkStream(reader(data), DEFAULT_CHUNKING, data.length, false, Buffer.alloc(DEFAULT_CHUNKING.max));
+    await expect(small.next()).rejects.toThrow(/below/);
   });
 
   it("yields nothing for empty input and one chunk for input below min", async () => {

@@ -95,23 +95,34 @@ export function* chunkBuffer(data: Uint8Array, p: ChunkParams = DEFAULT_CHUNKING
 /** Reads into `buf` at `offset`, at most `length` bytes; 0 means end of input. */
 export type ReadInto = (buf: Uint8Array, offset: number, length: number) => Promise<number>;
 
+/** The read buffer `chunkStream` needs for chunking parameters `p`: room for several maximal chunks. */
+export function chunkBufferBytes(p: ChunkParams): number {
+  return Math.max(p.max * 4, 1 << 20);
+}
+
 /**
  * Chunks a stream with a bounded buffer (4 x max), so a multi-gigabyte file
  * never has to fit in memory. Each yielded chunk is a fresh copy the caller
  * may keep, unless `copy` is false: then it is a view of the buffer, valid
  * only until the next chunk is asked for (the checkpoint writer copies it
  * into a pack at once, so a second copy would be wasted work).
+ *
+ * `buffer` (at least `chunkBufferBytes(p)`) lets a caller reuse one buffer
+ * across many files: fresh memory costs a page fault per 4 KiB on first
+ * touch, which on a virtualized host was most of a many-file checkpoint's time.
  */
 export async function* chunkStream(
   read: ReadInto,
   p: ChunkParams = DEFAULT_CHUNKING,
   sizeHint?: number,
   copy = true,
+  buffer?: Buffer,
 ): AsyncGenerator<Buffer> {
-  // Small files get a small buffer: a 1 MiB allocation per 2 KB file dominates a many-file checkpoint.
-  // A hint that turns out too small still yields correct chunks, just not content-defined ones.
-  const full = Math.max(p.max * 4, 1 << 20);
-  const buf = Buffer.allocUnsafe(sizeHint === undefined ? full : Math.min(full, Math.max(sizeHint + 1, 4096)));
+  const full = chunkBufferBytes(p);
+  if (buffer && buffer.length < full) throw new Error(`chunk buffer of ${buffer.length} bytes is below the ${full} these parameters need`);
+  // Without a reusable buffer, small files get a small one: a 1 MiB allocation per 2 KB file dominates a
+  // many-file checkpoint. A hint that turns out too small still yields correct chunks, just not content-defined ones.
+  const buf = buffer ?? Buffer.allocUnsafe(sizeHint === undefined ? full : Math.min(full, Math.max(sizeHint + 1, 4096)));
   let start = 0;
   let end = 0;
   let eof = false;

@@ -12,6 +12,9 @@ import { PACK_PREFIX, PackBuilder, packForwardKey, packKey, parsePack, serialize
 import { loadCheckpointManifest, restoreCheckpoint, restoreLatestVerified } from "./restore.ts";
 import { seededBytes, snapshotTree, type TempDirs, tempDirs, writeV1Checkpoint } from "./testkit.ts";
 
+/** Packs that exist at once when writes lag: the open one plus those in flight (checkpoint.ts). */
+const SEALS_AT_ONCE_PLUS_OPEN = 3;
+
 let t: TempDirs;
 beforeEach(async () => {
   t = await tempDirs();
@@ -81,6 +84,47 @@ describe("packs", () => {
       for (const c of pack.chunks) expect(sha256Hex(pack.bytes.subarray(c.offset, c.offset + c.size))).toBe(c.sha256);
     }
     expect(await restoreSnapshot(cp.id)).toEqual(await snapshotTree(ws));
+  });
+
+  it("reuses pack buffers only after their pack is written: a slow store still gets every pack intact", async () => {
+    // Many packs, each put held back while later chunks arrive: if a buffer were reused before its
+    // write finished, the stored pack would not hash to its id or restore would refuse a chunk.
+    const files = Object.fromEntries(Array.from({ length: 24 }, (_, i) => [`f${i}.bin`, seededBytes(`slow-${i}`, 300_000)]));
+    const ws = await workspace(files);
+    const written = new Map<string, Buffer>();
+    const slow = {
+      put: async (key: string, data: Uint8Array) => {
+        await new Promise<void>((resolve) => setImmediate(resolve));
+        await t.store.put(key, data);
+        written.set(key, Buffer.from(data));
+      },
+      get: (key: string) => t.store.get(key),
+      delete: (key: string) => t.store.delete(key),
+      exists: (key: string) => t.store.exists(key),
+    };
+    const cp = await createCheckpoint(slow, ws, { packBytes: 512 * 1024 });
+    if (!cp.ok) throw new Error(cp.error.message);
+    expect(cp.stats.packs).toBeGreaterThan(SEALS_AT_ONCE_PLUS_OPEN);
+    for (const [key, bytes] of written) {
+      if (!key.startsWith(PACK_PREFIX)) continue;
+      const pack = parsePack(key.split("/").pop()!, bytes);
+      for (const c of pack.chunks) expect(sha256Hex(bytes.subarray(c.offset, c.offset + c.size))).toBe(c.sha256);
+    }
+    expect(await restoreSnapshot(cp.id)).toEqual(await snapshotTree(ws));
+  });
+
+  it("seals in place when the index fits after the chunks, and by one copy when it does not", () => {
+    const room = new PackBuilder(Buffer.alloc(1024));
+    const tight = new PackBuilder(3);
+    for (const b of [room, tight]) b.add(sha256Hex("abc"), Buffer.from("abc"));
+    const [inPlace, copied] = [room.seal(), tight.seal()];
+    expect(inPlace.id).toBe(copied.id);
+    expect(inPlace.bytes.equals(copied.bytes)).toBe(true);
+    // Shared memory shows through a write to the builder's buffer.
+    room.backing[0] = 0x7a;
+    tight.backing[0] = 0x7a;
+    expect(inPlace.bytes[0]).toBe(0x7a);
+    expect(copied.bytes[0]).toBe("a".charCodeAt(0));
   });
 
   it("refuses damaged pack trailers and indexes", () => {

@@ -55,12 +55,18 @@ export class PackBuilder {
   private used = 0;
   readonly chunks: Array<{ sha256: string; size: number; offset: number }> = [];
 
-  constructor(capacity: number) {
-    this.buf = Buffer.allocUnsafe(capacity);
+  /** A capacity, or a buffer to fill (e.g. from a pool: see `backing`). */
+  constructor(capacity: number | Buffer) {
+    this.buf = typeof capacity === "number" ? Buffer.allocUnsafe(capacity) : capacity;
   }
 
   get bytes(): number {
     return this.used;
+  }
+
+  /** The buffer the chunks are in; a sealed pack's bytes may be a view of it, so reuse it only once they are written. */
+  get backing(): Buffer {
+    return this.buf;
   }
 
   /** Copies `data` in and returns its offset. */
@@ -79,8 +85,11 @@ export class PackBuilder {
 
   seal(): SealedPack {
     const index = serializeIndex(this.chunks);
-    const bytes = Buffer.allocUnsafe(this.used + index.length + TRAILER);
-    this.buf.copy(bytes, 0, 0, this.used);
+    const total = this.used + index.length + TRAILER;
+    // In place when the index fits after the chunks (a pool's buffers leave room), else one copy.
+    const inPlace = total <= this.buf.length;
+    const bytes = inPlace ? this.buf.subarray(0, total) : Buffer.allocUnsafe(total);
+    if (!inPlace) this.buf.copy(bytes, 0, 0, this.used);
     index.copy(bytes, this.used);
     bytes.writeBigUInt64BE(BigInt(index.length), this.used + index.length);
     MAGIC.copy(bytes, this.used + index.length + 8);

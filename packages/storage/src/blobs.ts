@@ -11,6 +11,7 @@ import { pipeline } from "node:stream/promises";
 import { type BlobReader, type ByteRange, DEFAULT_TRANSFER_BUFFER_BYTES, readFileRange, type StagedBlob } from "./transfers.ts";
 
 export interface BlobStore {
+  /** `data` is only lent for the call: a store that keeps bytes copies them (checkpoints reuse their pack buffers). */
   put(key: string, data: Uint8Array): Promise<void>;
   /** `null` when absent. */
   get(key: string): Promise<Buffer | null>;
