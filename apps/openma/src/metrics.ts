@@ -178,6 +178,13 @@ export function runtimeHostMetrics(
       if (data) metrics.runtimeBlobBytes.inc({ direction: "download" }, data.length);
       return data;
     },
+    ...(storage.blobs.readInto && {
+      readInto: async (key: string, into: Buffer) => {
+        const data = await storage.blobs.readInto!(key, into);
+        if (data) metrics.runtimeBlobBytes.inc({ direction: "download" }, data.length);
+        return data;
+      },
+    }),
   });
   const h = metrics.workspacePersistenceDuration;
   return {

@@ -18,7 +18,17 @@ export class CountingBlobStore implements BlobStore {
 
   constructor(readonly inner: BlobStore) {
     if (inner.list) this.list = (prefix: string) => inner.list!(prefix);
+    if (inner.readInto) {
+      this.readInto = async (key: string, into: Buffer) => {
+        this.traffic.gets++;
+        const data = await inner.readInto!(key, into);
+        this.traffic.getBytes += data?.length ?? 0;
+        return data;
+      };
+    }
   }
+
+  readInto?: (key: string, into: Buffer) => Promise<Buffer | null>;
 
   static zero(): BlobTraffic {
     return { puts: 0, putBytes: 0, gets: 0, getBytes: 0, exists: 0, deletes: 0 };

@@ -13,6 +13,8 @@ import { constants } from "node:fs";
 import { chmod, type FileHandle, lstat, mkdir, mkdtemp, open, rename, rm, symlink } from "node:fs/promises";
 import { basename, dirname, join, resolve } from "node:path";
 import { type BlobStore, sha256Hex } from "@openma/storage/blobs";
+import { BufferPool } from "./buffer-pool.ts";
+import { DEFAULT_CHUNKING } from "./chunker.ts";
 import { DEFAULT_CONCURRENCY, forEachLimit, getOrMake } from "./concurrency.ts";
 import { FileDigest } from "./digest.ts";
 import { type Issue, type IssueCode, IssueError, issue, toIssue } from "./issues.ts";
@@ -28,7 +30,7 @@ import {
   parseCheckpointManifest,
   type SymlinkPolicy,
 } from "./manifest.ts";
-import { type ChunkLocation, chunkFromPack, type PackForward, packKey, resolveLocation } from "./packs.ts";
+import { type ChunkLocation, chunkFromPack, DEFAULT_PACK_BYTES, type PackForward, packKey, resolveLocation } from "./packs.ts";
 import { HEX64 } from "./paths.ts";
 
 export interface RestoreOptions {
@@ -198,6 +200,8 @@ interface Placement {
 
 /** Packs read at once: each is held whole while its chunks are verified and written. */
 const PACKS_IN_FLIGHT = 2;
+/** Room for a pack's index and trailer after its chunks. */
+const PACK_READ_ROOM = 2 * 1024 * 1024;
 /** Forwards followed from one pack before the chain is refused (a cycle, or a hostile store). */
 const MAX_HOPS = 16;
 
@@ -262,8 +266,10 @@ async function writePackedFiles(store: BlobStore, files: FileEntry[], staging: s
   const writer = new PlacementWriter(staging);
   for (const f of files0) await writer.write(f, []);
   const forwards = new Map<string, Promise<PackForward | null>>();
+  // One buffer per pack in flight, reused from pack to pack (see BufferPool); a bigger pack gets a fresh one.
+  const buffers = new BufferPool(DEFAULT_PACK_BYTES + DEFAULT_CHUNKING.max + PACK_READ_ROOM);
   await forEachLimit([...groups], PACKS_IN_FLIGHT, ([pack, placements]) =>
-    restorePack(store, pack, placements, writer, forwards, concurrency),
+    restorePack(store, pack, placements, writer, forwards, concurrency, buffers),
   );
   for (const f of files) if (writer.written(f) !== f.size) throw issue("file_corrupt", f.path, "not every chunk of the file was restored");
   await forEachLimit(files, concurrency, (f) => chmod(join(staging, f.path), f.mode));
@@ -276,11 +282,32 @@ async function restorePack(
   writer: PlacementWriter,
   forwards: Map<string, Promise<PackForward | null>>,
   concurrency: number,
+  buffers: BufferPool,
   depth = 0,
+): Promise<void> {
+  const buffer = store.readInto ? buffers.take() : null;
+  try {
+    await restorePackFrom(store, pack, placements, writer, forwards, concurrency, buffers, buffer, depth);
+  } finally {
+    // Every write from this pack's bytes has finished (or failed) by now.
+    if (buffer) buffers.give(buffer);
+  }
+}
+
+async function restorePackFrom(
+  store: BlobStore,
+  pack: string,
+  placements: Placement[],
+  writer: PlacementWriter,
+  forwards: Map<string, Promise<PackForward | null>>,
+  concurrency: number,
+  buffers: BufferPool,
+  buffer: Buffer | null,
+  depth: number,
 ): Promise<void> {
   let bytes: Buffer | null;
   try {
-    bytes = await store.get(packKey(pack));
+    bytes = buffer ? await store.readInto!(packKey(pack), buffer) : await store.get(packKey(pack));
   } catch (err) {
     throw new IssueError(toIssue(err, "store_error", placements[0]!.file.path));
   }
@@ -292,7 +319,7 @@ async function restorePack(
       const { loc } = await resolveLocation(store, p.loc, async (at) => at !== pack, forwards, p.file.path);
       getOrMake(moved, loc.pack, () => []).push({ ...p, loc });
     }
-    for (const [to, group] of moved) await restorePack(store, to, group, writer, forwards, concurrency, depth + 1);
+    for (const [to, group] of moved) await restorePack(store, to, group, writer, forwards, concurrency, buffers, depth + 1);
     return;
   }
   const byFile = new Map<FileEntry, Array<{ at: number; data: Buffer }>>();

@@ -38,3 +38,25 @@ describe("openTestStorage blobs", () => {
     }
   });
 });
+
+describe("FsBlobStore.readInto", () => {
+  it("reads a blob into the caller's buffer when it fits, into a fresh one when not, and null when absent", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "openma-blobs-"));
+    try {
+      const store = new FsBlobStore(dir);
+      const bytes = Buffer.from(Array.from({ length: 3000 }, (_, i) => i % 251));
+      await store.put("ns/blob", bytes);
+      const into = Buffer.alloc(4096, 0xee);
+      const got = await store.readInto("ns/blob", into);
+      expect(got?.equals(bytes)).toBe(true);
+      expect(got?.buffer).toBe(into.buffer);
+      const small = Buffer.alloc(100);
+      const fresh = await store.readInto("ns/blob", small);
+      expect(fresh?.equals(bytes)).toBe(true);
+      expect(small.equals(Buffer.alloc(100))).toBe(true);
+      expect(await store.readInto("ns/missing", into)).toBeNull();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});

@@ -5,7 +5,7 @@
  */
 import { createHash, randomBytes } from "node:crypto";
 import { createWriteStream } from "node:fs";
-import { link, mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { link, mkdir, open, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { dirname, join, resolve, sep } from "node:path";
 import { pipeline } from "node:stream/promises";
 import { type BlobReader, type ByteRange, DEFAULT_TRANSFER_BUFFER_BYTES, readFileRange, type StagedBlob } from "./transfers.ts";
@@ -26,6 +26,13 @@ export interface BlobStore {
    * `openBlob` fall back to whole byte arrays for stores without them.
    */
   readonly stagingDir?: string | undefined;
+  /**
+   * A whole blob read into `into` (a view of it) when it fits, else into a
+   * fresh buffer; `null` when absent. Lets a hot loop (restore, pack by pack)
+   * reuse one buffer instead of touching fresh memory per blob. Optional:
+   * `get` is the fallback.
+   */
+  readInto?(key: string, into: Buffer): Promise<Buffer | null>;
   putFile?(key: string, staged: StagedBlob): Promise<void>;
   openRead?(key: string, range?: ByteRange): Promise<BlobReader | null>;
 }
@@ -121,6 +128,29 @@ export class FsBlobStore implements BlobStore {
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === "ENOENT") return null;
       throw err;
+    }
+  }
+
+  async readInto(key: string, into: Buffer): Promise<Buffer | null> {
+    let fh: import("node:fs/promises").FileHandle;
+    try {
+      fh = await open(this.pathOf(key), "r");
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === "ENOENT") return null;
+      throw err;
+    }
+    try {
+      const { size } = await fh.stat();
+      if (size > into.length) return await fh.readFile();
+      let got = 0;
+      while (got < size) {
+        const { bytesRead } = await fh.read(into, got, size - got, got);
+        if (bytesRead === 0) break;
+        got += bytesRead;
+      }
+      return into.subarray(0, got);
+    } finally {
+      await fh.close();
     }
   }
 
