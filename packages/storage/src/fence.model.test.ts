@@ -405,6 +405,7 @@ describe.each(BACKENDS)("fence model on %s", (dialect) => {
         await t.cleanup();
       }
     },
-    180_000,
+    // Bounds a hung run only: 10,000 steps take 15 s of CPU, but minutes of wall time on a loaded machine.
+    600_000,
   );
 });
