@@ -25,7 +25,8 @@ export interface BlobStore {
    * `openBlob` fall back to whole byte arrays for stores without them.
    */
   readonly stagingDir?: string | undefined;
-  putFile?(key: string, staged: StagedBlob): Promise<void>;
+  /** `signal`: the caller gave up (a client gone); a store may stop and leave nothing under the key. */
+  putFile?(key: string, staged: StagedBlob, opts?: { signal?: AbortSignal | undefined }): Promise<void>;
   openRead?(key: string, range?: ByteRange): Promise<BlobReader | null>;
 }
 
