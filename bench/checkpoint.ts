@@ -135,8 +135,8 @@ function report(name: string, ours: number[], baselineName: string, baseline: nu
 const S3_CREDENTIALS = { accessKeyId: "AKIABENCHCHECKPOINT", secretAccessKey: "bench-checkpoint-secret/0123456789+abcd" };
 
 /**
- * Full checkpoint into the S3 stand-in (packs PUT two at a time) vs one PUT of the tar. The stand-in
- * does not implement multipart uploads, so the baseline is a single streamed PutObject of the archive.
+ * Full checkpoint into the S3 stand-in (packs PUT two at a time) vs one PUT of the tar: the baseline is
+ * the simplest upload of the archive, a single streamed PutObject (one PUT takes up to 5 GB).
  */
 async function s3Rows(ws: string, archive: string): Promise<void> {
   const standIn = await startS3StandIn({ ...S3_CREDENTIALS, buckets: ["bench"], maxObjectBytes: 2 * 1024 * MiB });

@@ -63,8 +63,8 @@ export async function putBlob(storage: Storage, key: string, data: Uint8Array): 
 }
 
 /** `putBlob` for an upload spooled to a staged file (the file stays; the caller discards it). */
-export async function putStagedBlobOnce(storage: Storage, key: string, staged: StagedBlob): Promise<void> {
-  if (!(await storage.blobs.exists(key))) await putStagedBlob(storage.blobs, key, staged);
+export async function putStagedBlobOnce(storage: Storage, key: string, staged: StagedBlob, signal?: AbortSignal): Promise<void> {
+  if (!(await storage.blobs.exists(key))) await putStagedBlob(storage.blobs, key, staged, signal);
 }
 
 /** Removes a blob once no row references it any more (content-addressed blobs are shared). */

@@ -12,6 +12,16 @@ import { checksumHeader, checksumValue, md5 } from "./checksums.ts";
 import { type Fault, type FaultQueue, flipByte, type S3Operation } from "./faults.ts";
 import { listBucketsXml, listObjectsV2 } from "./listing.ts";
 import {
+  assemble,
+  completeXml,
+  creationAlgorithm,
+  initiateXml,
+  type MultipartUploads,
+  parseCompleteRequest,
+  partNumberOf,
+  recordPart,
+} from "./multipart.ts";
+import {
   authenticate,
   decodePayload,
   type Headers,
@@ -42,6 +52,7 @@ export interface AppConfig {
   now: () => number;
   maxObjectBytes: number;
   store: ObjectStore;
+  uploads: MultipartUploads;
   faults: FaultQueue;
   record(r: RecordedRequest): void;
   /** Bugs, not S3 errors: reported here and answered as InternalError. */
@@ -64,8 +75,8 @@ type Env = { Bindings: HttpBindings };
 // biome-ignore format: a word list
 const UNSUPPORTED_SUBRESOURCES = new Set([
   "acl", "accelerate", "analytics", "attributes", "cors", "encryption", "inventory", "legal-hold", "lifecycle", "location",
-  "logging", "metrics", "notification", "object-lock", "ownershipControls", "partNumber", "policy", "publicAccessBlock",
-  "replication", "requestPayment", "restore", "retention", "select", "tagging", "torrent", "uploadId", "uploads", "versioning",
+  "logging", "metrics", "notification", "object-lock", "ownershipControls", "policy", "publicAccessBlock",
+  "replication", "requestPayment", "restore", "retention", "select", "tagging", "torrent", "versioning",
   "versions", "website", "intelligent-tiering", "session",
 ]);
 
@@ -73,6 +84,7 @@ function resolveOperation(method: string, t: Target, header: Headers): S3Operati
   const sub = t.query.find(([k]) => UNSUPPORTED_SUBRESOURCES.has(k));
   if (sub) throw errors.notImplemented(`the ${sub[0]} sub-resource`);
   const has = (name: string) => t.query.some(([k]) => k === name);
+  if (has("uploads") || has("uploadId") || has("partNumber")) return multipartOperation(method, t, has);
   if (t.bucket === undefined) {
     if (method === "GET") return "ListBuckets";
     throw errors.methodNotAllowed(method);
@@ -93,6 +105,21 @@ function resolveOperation(method: string, t: Target, header: Headers): S3Operati
   if (method === "GET") return "GetObject";
   if (method === "HEAD") return "HeadObject";
   if (method === "DELETE") return "DeleteObject";
+  throw errors.methodNotAllowed(method);
+}
+
+/** The multipart sub-resources: the four calls of an upload; listing uploads or parts, and part reads, are refused. */
+function multipartOperation(method: string, t: Target, has: (name: string) => boolean): S3Operation {
+  if (t.bucket === undefined || t.key === undefined) {
+    if (has("uploads")) throw errors.notImplemented("ListMultipartUploads");
+    throw errors.methodNotAllowed(method);
+  }
+  if (method === "POST" && has("uploads") && !has("uploadId")) return "CreateMultipartUpload";
+  if (method === "PUT" && has("uploadId") && has("partNumber")) return "UploadPart";
+  if (method === "POST" && has("uploadId") && !has("partNumber")) return "CompleteMultipartUpload";
+  if (method === "DELETE" && has("uploadId") && !has("partNumber")) return "AbortMultipartUpload";
+  if (method === "GET" && has("uploadId")) throw errors.notImplemented("ListParts");
+  if ((method === "GET" || method === "HEAD") && has("partNumber")) throw errors.notImplemented("part reads (partNumber)");
   throw errors.methodNotAllowed(method);
 }
 
@@ -225,7 +252,7 @@ function objectHeaders(ctx: Ctx, meta: ObjectMeta, whole: boolean): Record<strin
   // Like S3: the stored checksum is returned on request, and only for the whole object.
   if (whole && ctx.header("x-amz-checksum-mode")?.toUpperCase() === "ENABLED") {
     headers[checksumHeader(meta.checksum.algorithm)] = meta.checksum.value;
-    headers["x-amz-checksum-type"] = "FULL_OBJECT";
+    headers["x-amz-checksum-type"] = meta.checksumType ?? "FULL_OBJECT";
   }
   return headers;
 }
@@ -279,6 +306,70 @@ async function deleteObjects(ctx: Ctx): Promise<Response> {
   return xmlResponse(200, `${XML_DECLARATION}<DeleteResult xmlns="${S3_XMLNS}">${request.quiet ? "" : deleted.join("")}</DeleteResult>`);
 }
 
+const queryValue = (ctx: Ctx, name: string) => ctx.target.query.find(([k]) => k === name)?.[1];
+
+async function createMultipartUpload(ctx: Ctx): Promise<Response> {
+  const bucket = requireBucket(ctx);
+  const key = ctx.target.key!;
+  if (Buffer.byteLength(key) > 1024) throw errors.keyTooLong();
+  const algorithm = creationAlgorithm(ctx.header("x-amz-checksum-algorithm"), ctx.header("x-amz-checksum-type"));
+  const uploadId = ctx.cfg.uploads.create({
+    bucket,
+    key,
+    algorithm,
+    contentType: ctx.header("content-type") ?? "binary/octet-stream",
+    metadata: userMetadata(ctx),
+  });
+  const headers: Record<string, string> = algorithm ? { "x-amz-checksum-algorithm": algorithm, "x-amz-checksum-type": "COMPOSITE" } : {};
+  return xmlResponse(200, initiateXml(bucket, key, uploadId), headers);
+}
+
+async function uploadPart(ctx: Ctx): Promise<Response> {
+  const bucket = requireBucket(ctx);
+  if (ctx.header("x-amz-copy-source") !== undefined) throw errors.notImplemented("UploadPartCopy");
+  const partNumber = partNumberOf(queryValue(ctx, "partNumber"));
+  const upload = ctx.cfg.uploads.get(queryValue(ctx, "uploadId") ?? "", bucket, ctx.target.key!);
+  const { data } = ctx.payload;
+  if (data.length > ctx.cfg.maxObjectBytes) throw errors.entityTooLarge(data.length, ctx.cfg.maxObjectBytes);
+  const verified = verifyIntegrity(ctx.payload, ctx.header, ctx.headerNames, false);
+  const etag = recordPart(upload, partNumber, data, verified);
+  return new Response(null, {
+    status: 200,
+    headers: { etag: `"${etag}"`, ...(verified ? { [checksumHeader(verified.algorithm)]: verified.value } : {}) },
+  });
+}
+
+async function completeMultipartUpload(ctx: Ctx): Promise<Response> {
+  const bucket = requireBucket(ctx);
+  const key = ctx.target.key!;
+  const uploadId = queryValue(ctx, "uploadId") ?? "";
+  const upload = ctx.cfg.uploads.get(uploadId, bucket, key);
+  verifyIntegrity(ctx.payload, ctx.header, ctx.headerNames, false);
+  const assembled = assemble(upload, parseCompleteRequest(ctx.payload.data.toString("utf8")), ctx.cfg.maxObjectBytes);
+  const meta: ObjectMeta = {
+    key,
+    size: assembled.data.length,
+    etag: assembled.etag,
+    lastModified: Math.floor(ctx.cfg.now() / 1000) * 1000,
+    contentType: upload.contentType,
+    // An upload created without a checksum algorithm gets a full-object CRC64NVME, like a plain PutObject.
+    checksum: assembled.checksum ?? { algorithm: "CRC64NVME", value: checksumValue("CRC64NVME", assembled.data) },
+    checksumType: assembled.checksum ? "COMPOSITE" : undefined,
+    metadata: upload.metadata,
+  };
+  await ctx.cfg.store.put(bucket, meta, assembled.data);
+  ctx.cfg.uploads.remove(uploadId);
+  return xmlResponse(200, completeXml(`/${bucket}/${key}`, bucket, key, assembled));
+}
+
+async function abortMultipartUpload(ctx: Ctx): Promise<Response> {
+  const bucket = requireBucket(ctx);
+  const uploadId = queryValue(ctx, "uploadId") ?? "";
+  ctx.cfg.uploads.get(uploadId, bucket, ctx.target.key!);
+  ctx.cfg.uploads.remove(uploadId);
+  return new Response(null, { status: 204 });
+}
+
 async function runOperation(op: S3Operation, ctx: Ctx, c: { env: HttpBindings }): Promise<Response> {
   switch (op) {
     case "ListBuckets":
@@ -302,6 +393,14 @@ async function runOperation(op: S3Operation, ctx: Ctx, c: { env: HttpBindings })
       return getOrHeadObject(ctx, c, true);
     case "DeleteObject":
       return deleteObject(ctx);
+    case "CreateMultipartUpload":
+      return createMultipartUpload(ctx);
+    case "UploadPart":
+      return uploadPart(ctx);
+    case "CompleteMultipartUpload":
+      return completeMultipartUpload(ctx);
+    case "AbortMultipartUpload":
+      return abortMultipartUpload(ctx);
   }
 }
 
@@ -333,7 +432,7 @@ async function handle(c: { env: HttpBindings; req: { raw: Request } }, cfg: AppC
   const payloadHash = authenticate(req.method, target, header, headerNames, cfg);
   const declared = Number(header("x-amz-decoded-content-length") ?? header("content-length") ?? 0);
   if (declared > cfg.maxObjectBytes) throw errors.entityTooLarge(declared, cfg.maxObjectBytes);
-  if (op === "PutObject" && payloadHash !== STREAMING_UNSIGNED_TRAILER) {
+  if ((op === "PutObject" || op === "UploadPart") && payloadHash !== STREAMING_UNSIGNED_TRAILER) {
     // Like S3: plain uploads need a length; HTTP chunked framing is accepted only for aws-chunked bodies.
     if (header("transfer-encoding") !== undefined) {
       const err = errors.notImplemented("Transfer-Encoding without aws-chunked");

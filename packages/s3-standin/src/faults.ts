@@ -15,6 +15,10 @@ export const S3_OPERATIONS = [
   "GetObject",
   "HeadObject",
   "DeleteObject",
+  "CreateMultipartUpload",
+  "UploadPart",
+  "CompleteMultipartUpload",
+  "AbortMultipartUpload",
 ] as const;
 export type S3Operation = (typeof S3_OPERATIONS)[number];
 

@@ -6,6 +6,7 @@ import type { AddressInfo } from "node:net";
 import { serve } from "@hono/node-server";
 import { createS3App, type RecordedRequest } from "./app.ts";
 import { type Fault, FaultQueue } from "./faults.ts";
+import { MultipartUploads } from "./multipart.ts";
 import { ObjectStore } from "./store.ts";
 
 export interface S3StandInOptions {
@@ -36,6 +37,8 @@ export interface S3StandIn {
    * Resolves when the first of them arrives, so a test can act at that moment (abort a hanging call).
    */
   inject(fault: Fault, times?: number): Promise<void>;
+  /** Multipart uploads created and neither completed nor aborted. */
+  readonly pendingUploads: number;
   /** Faults queued and not yet triggered. */
   readonly pendingFaults: number;
   clearFaults(): void;
@@ -51,6 +54,7 @@ export async function startS3StandIn(opts: S3StandInOptions): Promise<S3StandIn>
   const store = await ObjectStore.open(opts.dir);
   for (const b of opts.buckets ?? []) await store.createBucket(b, now());
   const faults = new FaultQueue();
+  const uploads = new MultipartUploads();
   const requests: RecordedRequest[] = [];
   const limit = opts.recordLimit ?? 1000;
   const app = createS3App({
@@ -60,6 +64,7 @@ export async function startS3StandIn(opts: S3StandInOptions): Promise<S3StandIn>
     now,
     maxObjectBytes: opts.maxObjectBytes ?? 64 * 1024 * 1024,
     store,
+    uploads,
     faults,
     record(r) {
       requests.push(r);
@@ -81,6 +86,9 @@ export async function startS3StandIn(opts: S3StandInOptions): Promise<S3StandIn>
     endpoint: `http://${host.includes(":") ? `[${host}]` : host}:${port}`,
     region,
     inject: (fault, times) => faults.add(fault, times),
+    get pendingUploads() {
+      return uploads.pending;
+    },
     get pendingFaults() {
       return faults.pending;
     },

@@ -1,15 +1,22 @@
 /**
  * The stand-in driven by the official `@aws-sdk/client-s3`, configured only
  * with endpoint, path style and credentials: every supported operation,
- * integrity checks on both upload encodings, listing, auth and persistence.
+ * integrity checks on both upload encodings, listing, auth, persistence, and
+ * multipart uploads (S3's composite ETag and checksum, its completion checks,
+ * aborts, SigV4 on every call).
  */
+import { createHash, randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
 import {
+  AbortMultipartUploadCommand,
   type ChecksumAlgorithm,
+  type CompletedPart,
+  CompleteMultipartUploadCommand,
   CreateBucketCommand,
+  CreateMultipartUploadCommand,
   DeleteBucketCommand,
   DeleteObjectCommand,
   DeleteObjectsCommand,
@@ -21,9 +28,11 @@ import {
   PutObjectCommand,
   paginateListObjectsV2,
   type S3Client,
+  UploadPartCommand,
 } from "@aws-sdk/client-s3";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { CHECKSUM_ALGORITHMS, checksumValue } from "./checksums.ts";
+import { MIN_PART_BYTES } from "./multipart.ts";
 import { type S3StandIn, startS3StandIn } from "./server.ts";
 import { CREDENTIALS, clientFor, s3Failure } from "./testkit.ts";
 
@@ -385,5 +394,131 @@ describe("persistence", () => {
       c.destroy();
       await s.close();
     }
+  });
+});
+
+const sha256Of = (b: Uint8Array) => createHash("sha256").update(b).digest();
+const md5Of = (b: Uint8Array) => createHash("md5").update(b).digest();
+
+async function create(Key: string): Promise<string> {
+  const res = await client.send(new CreateMultipartUploadCommand({ Bucket: BUCKET, Key, ChecksumAlgorithm: "SHA256" }));
+  expect(res.UploadId).toBeTruthy();
+  return res.UploadId!;
+}
+
+async function uploadPart(Key: string, UploadId: string, PartNumber: number, Body: Buffer): Promise<CompletedPart> {
+  const ChecksumSHA256 = sha256Of(Body).toString("base64");
+  const res = await client.send(
+    new UploadPartCommand({ Bucket: BUCKET, Key, UploadId, PartNumber, Body, ChecksumSHA256, ContentMD5: md5Of(Body).toString("base64") }),
+  );
+  expect(res.ETag).toBe(`"${md5Of(Body).toString("hex")}"`);
+  return { PartNumber, ETag: res.ETag, ChecksumSHA256 };
+}
+
+const complete = (Key: string, UploadId: string, Parts: CompletedPart[]) =>
+  client.send(new CompleteMultipartUploadCommand({ Bucket: BUCKET, Key, UploadId, MultipartUpload: { Parts } }));
+
+const keysInBucket = async () => ((await client.send(new ListObjectsV2Command({ Bucket: BUCKET }))).Contents ?? []).map((o) => o.Key);
+
+describe("multipart uploads", () => {
+  it("assembles parts into one object with S3's composite ETag and SHA-256", async () => {
+    const parts = [randomBytes(MIN_PART_BYTES), randomBytes(MIN_PART_BYTES), randomBytes(1234)];
+    const id = await create("big/object");
+    // Sent out of order, as concurrent parts arrive; completion orders them by number.
+    const done = [
+      await uploadPart("big/object", id, 3, parts[2]!),
+      await uploadPart("big/object", id, 1, parts[0]!),
+      await uploadPart("big/object", id, 2, parts[1]!),
+    ];
+    expect(await keysInBucket()).toEqual([]);
+    const res = await complete(
+      "big/object",
+      id,
+      done.sort((a, b) => a.PartNumber! - b.PartNumber!),
+    );
+    const composite = `${sha256Of(Buffer.concat(parts.map(sha256Of))).toString("base64")}-3`;
+    expect(res.ChecksumSHA256).toBe(composite);
+    expect(res.ETag).toBe(`"${md5Of(Buffer.concat(parts.map(md5Of))).toString("hex")}-3"`);
+    const head = await client.send(new HeadObjectCommand({ Bucket: BUCKET, Key: "big/object", ChecksumMode: "ENABLED" }));
+    expect(head.ContentLength).toBe(2 * MIN_PART_BYTES + 1234);
+    expect(head.ChecksumSHA256).toBe(composite);
+    expect(head.ChecksumType).toBe("COMPOSITE");
+    // The SDK skips validating composite checksums on GET, as with S3.
+    const got = await client.send(new GetObjectCommand({ Bucket: BUCKET, Key: "big/object", ChecksumMode: "ENABLED" }));
+    expect(Buffer.from(await got.Body!.transformToByteArray()).equals(Buffer.concat(parts))).toBe(true);
+    expect(standIn.pendingUploads).toBe(0);
+  });
+
+  it("refuses what S3 refuses at completion: small parts, wrong ETags or checksums, disorder, missing checksums", async () => {
+    const id = await create("k");
+    const small = await uploadPart("k", id, 1, randomBytes(1024));
+    const last = await uploadPart("k", id, 2, randomBytes(1024));
+    expect((await s3Failure(complete("k", id, [small, last]))).name).toBe("EntityTooSmall");
+    const big = await uploadPart("k", id, 1, randomBytes(MIN_PART_BYTES));
+    expect((await s3Failure(complete("k", id, [{ ...big, ETag: '"00"' }, last]))).name).toBe("InvalidPart");
+    expect((await s3Failure(complete("k", id, [{ ...big, ChecksumSHA256: last.ChecksumSHA256 }, last]))).name).toBe("InvalidPart");
+    expect((await s3Failure(complete("k", id, [last, big]))).name).toBe("InvalidPartOrder");
+    expect((await s3Failure(complete("k", id, [{ PartNumber: 1, ETag: big.ETag }, last]))).name).toBe("InvalidRequest");
+    expect(await keysInBucket()).toEqual([]);
+    await complete("k", id, [big, last]);
+    expect(await keysInBucket()).toEqual(["k"]);
+  });
+
+  it("verifies each part's digests, and refuses a part without the upload's checksum algorithm", async () => {
+    const id = await create("k");
+    const body = randomBytes(4096);
+    const wrong = sha256Of(randomBytes(8)).toString("base64");
+    const bad = client.send(
+      new UploadPartCommand({ Bucket: BUCKET, Key: "k", UploadId: id, PartNumber: 1, Body: body, ChecksumSHA256: wrong }),
+    );
+    expect((await s3Failure(bad)).name).toBe("BadDigest");
+    const badMd5 = client.send(
+      new UploadPartCommand({
+        Bucket: BUCKET,
+        Key: "k",
+        UploadId: id,
+        PartNumber: 1,
+        Body: body,
+        ContentMD5: md5Of(randomBytes(8)).toString("base64"),
+      }),
+    );
+    expect((await s3Failure(badMd5)).name).toBe("BadDigest");
+    const crc = client.send(
+      new UploadPartCommand({ Bucket: BUCKET, Key: "k", UploadId: id, PartNumber: 1, Body: body, ChecksumAlgorithm: "CRC32" }),
+    );
+    expect((await s3Failure(crc)).name).toBe("InvalidRequest");
+  });
+
+  it("aborts: the parts are gone, the upload id is unknown afterwards, and no object appears", async () => {
+    const id = await create("gone");
+    const part = await uploadPart("gone", id, 1, randomBytes(1024));
+    expect(standIn.pendingUploads).toBe(1);
+    await client.send(new AbortMultipartUploadCommand({ Bucket: BUCKET, Key: "gone", UploadId: id }));
+    expect(standIn.pendingUploads).toBe(0);
+    expect((await s3Failure(complete("gone", id, [part]))).name).toBe("NoSuchUpload");
+    expect((await s3Failure(uploadPart("gone", id, 2, randomBytes(10)))).name).toBe("NoSuchUpload");
+    const again = client.send(new AbortMultipartUploadCommand({ Bucket: BUCKET, Key: "gone", UploadId: id }));
+    expect((await s3Failure(again)).status).toBe(404);
+    // An upload id is bound to its key.
+    const other = await create("other");
+    expect((await s3Failure(uploadPart("not-other", other, 1, randomBytes(10)))).name).toBe("NoSuchUpload");
+    expect(await keysInBucket()).toEqual([]);
+  });
+
+  it("authenticates every multipart call with SigV4", async () => {
+    const id = await create("signed");
+    const forged = clientFor(standIn, { credentials: { ...CREDENTIALS, secretAccessKey: "not-the-secret" } });
+    try {
+      const attempts = [
+        forged.send(new CreateMultipartUploadCommand({ Bucket: BUCKET, Key: "signed" })),
+        forged.send(new UploadPartCommand({ Bucket: BUCKET, Key: "signed", UploadId: id, PartNumber: 1, Body: randomBytes(10) })),
+        forged.send(new CompleteMultipartUploadCommand({ Bucket: BUCKET, Key: "signed", UploadId: id, MultipartUpload: { Parts: [] } })),
+        forged.send(new AbortMultipartUploadCommand({ Bucket: BUCKET, Key: "signed", UploadId: id })),
+      ].map(s3Failure);
+      for (const a of attempts) expect((await a).name).toBe("SignatureDoesNotMatch");
+    } finally {
+      forged.destroy();
+    }
+    expect(standIn.pendingUploads).toBe(1);
   });
 });

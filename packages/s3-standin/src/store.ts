@@ -18,6 +18,8 @@ export interface ObjectMeta {
   lastModified: number;
   contentType: string;
   checksum: { algorithm: ChecksumAlgorithm; value: string };
+  /** `COMPOSITE` for a multipart object whose checksum is of its parts' checksums (`…-N`); else full-object. */
+  checksumType?: "COMPOSITE" | undefined;
   /** `x-amz-meta-*` user metadata, names lower-cased without the prefix. */
   metadata: Record<string, string>;
 }

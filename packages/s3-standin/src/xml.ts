@@ -182,25 +182,35 @@ export function parseDeleteRequest(xml: string): DeleteRequest {
     quiet = quietMatch[1] === "true";
     inner = inner.replace(quietMatch[0], "");
   }
-  const keys: string[] = [];
-  const objectPattern = /\s*<Object>([\s\S]*?)<\/Object>\s*/y;
+  const keys = repeatedElements(inner, /\s*<Object>([\s\S]*?)<\/Object>\s*/y).map(([, object]) => {
+    const keyMatch = /^\s*<Key>([^<]*)<\/Key>\s*(<VersionId>[^<]*<\/VersionId>\s*)?$/.exec(object!);
+    const key = keyMatch ? unescapeXml(keyMatch[1]!) : undefined;
+    if (key === undefined) throw errors.malformedXml();
+    return key;
+  });
+  // S3 caps one DeleteObjects call at 1,000 keys.
+  if (keys.length === 0 || keys.length > 1000) throw errors.malformedXml();
+  return { quiet, keys };
+}
+
+/**
+ * Consecutive matches of the sticky `pattern` covering `inner` (whitespace
+ * aside); anything between or after them is MalformedXML.
+ */
+export function repeatedElements(inner: string, pattern: RegExp): RegExpExecArray[] {
+  const out: RegExpExecArray[] = [];
   let pos = 0;
   while (pos < inner.length) {
-    objectPattern.lastIndex = pos;
-    const m = objectPattern.exec(inner);
+    pattern.lastIndex = pos;
+    const m = pattern.exec(inner);
     if (!m) {
       if (inner.slice(pos).trim() === "") break;
       throw errors.malformedXml();
     }
-    const keyMatch = /^\s*<Key>([^<]*)<\/Key>\s*(<VersionId>[^<]*<\/VersionId>\s*)?$/.exec(m[1]!);
-    const key = keyMatch ? unescapeXml(keyMatch[1]!) : undefined;
-    if (key === undefined) throw errors.malformedXml();
-    keys.push(key);
-    pos = objectPattern.lastIndex;
+    out.push(m);
+    pos = pattern.lastIndex;
   }
-  // S3 caps one DeleteObjects call at 1,000 keys.
-  if (keys.length === 0 || keys.length > 1000) throw errors.malformedXml();
-  return { quiet, keys };
+  return out;
 }
 
 /** The optional CreateBucket body: a LocationConstraint, or nothing. */

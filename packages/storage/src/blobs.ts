@@ -33,7 +33,8 @@ export interface BlobStore {
    * `get` is the fallback.
    */
   readInto?(key: string, into: Buffer): Promise<Buffer | null>;
-  putFile?(key: string, staged: StagedBlob): Promise<void>;
+  /** `signal`: the caller gave up (a client gone); a store may stop and leave nothing under the key. */
+  putFile?(key: string, staged: StagedBlob, opts?: { signal?: AbortSignal | undefined }): Promise<void>;
   openRead?(key: string, range?: ByteRange): Promise<BlobReader | null>;
 }
 

@@ -1,13 +1,21 @@
 /**
  * S3BlobStore behaviour beyond the shared contract (blobs.test.ts): integrity
- * on the wire, retries, error mapping, aborts and configuration. All against
+ * on the wire, retries, error mapping, aborts, configuration, and multipart
+ * placement of staged uploads (streamed parts with their digests; an aborted
+ * upload on a failed part or a cancelled call leaves nothing). All against
  * the S3 stand-in over real HTTP with the official client.
  */
-import { createHash } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Readable } from "node:stream";
 import { inspect } from "node:util";
 import { type S3StandIn, startS3StandIn } from "@openma/s3-standin";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { BlobStoreError, blobStoreFromEnv, S3BlobStore, type S3BlobStoreOptions, s3OptionsFromEnv } from "./s3-blobs.ts";
+import { compositeSha256, MIN_PART_BYTES, partRanges } from "./s3-blobs-multipart.ts";
+import { discardStaged, openBlob, type StagedBlob, stageBlob } from "./transfers.ts";
 
 const CREDENTIALS = { accessKeyId: "AKIAS3BLOBSTORETEST", secretAccessKey: "s3-blob-store-test-secret/0123456789+abc" };
 const BUCKET = "openma-blobs";
@@ -277,5 +285,118 @@ describe("blobStoreFromEnv", () => {
       message = (err as Error).message;
     }
     expect(message).toBe("OPENMA_S3_ACCESS_KEY_ID and OPENMA_S3_SECRET_ACCESS_KEY must be set together");
+  });
+});
+
+describe("partRanges", () => {
+  it("covers the file in consecutive parts, growing them rather than exceed 10,000 parts", () => {
+    expect(partRanges(11, 5)).toEqual([
+      { start: 0, end: 4 },
+      { start: 5, end: 9 },
+      { start: 10, end: 10 },
+    ]);
+    expect(partRanges(10, 5)).toHaveLength(2);
+    const many = partRanges(100_001, 5);
+    expect(many).toHaveLength(9_091);
+    expect(partRanges(200_000, 5)).toHaveLength(10_000);
+    expect(many.at(-1)?.end).toBe(100_000);
+  });
+});
+
+describe("S3BlobStore multipart placement", () => {
+  const MiB = 1024 * 1024;
+  let store: S3BlobStore;
+  let dir: string;
+  let staged: StagedBlob;
+  let data: Buffer;
+
+  async function expectNothingLeft(key: string): Promise<void> {
+    expect(await store.exists(key)).toBe(false);
+    expect(await store.list("files")).toEqual([]);
+    expect(standIn.pendingUploads).toBe(0);
+  }
+
+  beforeEach(async () => {
+    store = storeWith({ prefix: undefined, partBytes: MIN_PART_BYTES, bufferBytes: 256 * 1024 });
+    dir = await mkdtemp(join(tmpdir(), "openma-multipart-"));
+    data = randomBytes(2 * MIN_PART_BYTES + 12_345);
+    staged = await stageBlob(Readable.from([data]), { dir, maxBytes: 64 * MiB });
+  });
+
+  afterEach(async () => {
+    await discardStaged(staged);
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it("sends a staged file larger than a part as streamed parts with their digests, stored byte-exact", async () => {
+    await store.putFile("files/big", staged);
+    expect(requestsOf("PutObject")).toHaveLength(0);
+    expect(requestsOf("CreateMultipartUpload")).toHaveLength(1);
+    const parts = requestsOf("UploadPart");
+    expect(parts.map((p) => p.status)).toEqual([200, 200, 200]);
+    const ranges = partRanges(data.length, MIN_PART_BYTES);
+    const partSums = ranges.map((r) =>
+      createHash("sha256")
+        .update(data.subarray(r.start, r.end + 1))
+        .digest(),
+    );
+    for (const p of parts) {
+      const n = Number(new URL(p.url, "http://x").searchParams.get("partNumber"));
+      expect(p.headers["x-amz-checksum-sha256"]).toBe(partSums[n - 1]!.toString("base64"));
+      expect(p.headers["content-md5"]).toBe(
+        createHash("md5")
+          .update(data.subarray(ranges[n - 1]!.start, ranges[n - 1]!.end + 1))
+          .digest("base64"),
+      );
+    }
+    expect(requestsOf("CompleteMultipartUpload").map((r) => r.status)).toEqual([200]);
+    expect(standIn.pendingUploads).toBe(0);
+    expect((await store.get("files/big"))?.equals(data)).toBe(true);
+    const reader = await openBlob(store, "files/big", { start: MIN_PART_BYTES - 3, end: MIN_PART_BYTES + 2 });
+    expect(Buffer.concat(await reader!.body.toArray()).equals(data.subarray(MIN_PART_BYTES - 3, MIN_PART_BYTES + 3))).toBe(true);
+    expect(compositeSha256(partSums)).toMatch(/-3$/);
+  });
+
+  it("sends a file of at most one part as one PutObject", async () => {
+    const small = await stageBlob(Readable.from([data.subarray(0, MIN_PART_BYTES)]), { dir, maxBytes: 64 * MiB });
+    try {
+      await store.putFile("files/small", small);
+    } finally {
+      await discardStaged(small);
+    }
+    expect(requestsOf("CreateMultipartUpload")).toHaveLength(0);
+    expect(requestsOf("PutObject")).toHaveLength(1);
+  });
+
+  it("aborts the upload when a part is refused, leaving no object and no parts", async () => {
+    void standIn.inject({ op: "UploadPart", kind: "error", status: 403, code: "AccessDenied", message: "Access Denied" });
+    const err = await failure(store.putFile("files/refused", staged));
+    expect(err.code).toBe("AccessDenied");
+    expect(requestsOf("AbortMultipartUpload").map((r) => r.status)).toEqual([204]);
+    expect(requestsOf("CompleteMultipartUpload")).toHaveLength(0);
+    await expectNothingLeft("files/refused");
+  });
+
+  it("aborts the upload when the caller gives up mid-part (a client gone), leaving nothing", async () => {
+    const hit = standIn.inject({ op: "UploadPart", kind: "hang" });
+    const controller = new AbortController();
+    const put = store.putFile("files/abandoned", staged, { signal: controller.signal });
+    await hit;
+    controller.abort();
+    const err = await failure(put);
+    expect(err.code).toBe("Aborted");
+    expect(requestsOf("AbortMultipartUpload").map((r) => r.status)).toEqual([204]);
+    await expectNothingLeft("files/abandoned");
+  });
+
+  it("retries a part that met a transient 500 and completes", async () => {
+    void standIn.inject({ op: "UploadPart", kind: "error", status: 500 });
+    await store.putFile("files/retried", staged);
+    expect((await store.get("files/retried"))?.equals(data)).toBe(true);
+    expect(
+      requestsOf("UploadPart")
+        .map((r) => r.status)
+        .sort(),
+    ).toEqual([200, 200, 200, 500]);
   });
 });

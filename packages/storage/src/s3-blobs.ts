@@ -22,6 +22,7 @@ import {
   S3ServiceException,
 } from "@aws-sdk/client-s3";
 import { type BlobListing, type BlobStore, KEY_PATTERN } from "./blobs.ts";
+import { MIN_PART_BYTES, putMultipart } from "./s3-blobs-multipart.ts";
 import { type BlobReader, type ByteRange, DEFAULT_TRANSFER_BUFFER_BYTES, readFileRange, type StagedBlob } from "./transfers.ts";
 
 export interface S3BlobStoreOptions {
@@ -48,6 +49,14 @@ export interface S3BlobStoreOptions {
   stagingDir?: string | undefined;
   /** Stream buffer of one transfer; default 1 MiB. */
   bufferBytes?: number | undefined;
+  /**
+   * Staged uploads larger than this go up as multipart uploads in parts of this
+   * size (at least 5 MiB); default 16 MiB. A part in flight holds one stream
+   * buffer, not the part (s3-blobs-multipart.ts).
+   */
+  partBytes?: number | undefined;
+  /** Parts of one upload sent at once; default 2. */
+  partConcurrency?: number | undefined;
 }
 
 export interface BlobCallOptions {
@@ -111,6 +120,9 @@ class DamagedBody extends Error {
 export class S3BlobStore implements BlobStore {
   // A private field: the client holds the credentials and must not show up in logs or inspection.
   readonly #client: S3Client;
+  /** The same endpoint and credentials without SDK retries, for streamed multipart parts (retried with a fresh stream). */
+  readonly #partClient: S3Client;
+  private readonly maxAttempts: number;
   readonly bucket: string;
   readonly prefix: string;
   private readonly timeoutMs: number;
@@ -118,6 +130,8 @@ export class S3BlobStore implements BlobStore {
   private readonly readAttempts: number;
   readonly stagingDir: string;
   private readonly bufferBytes: number;
+  private readonly partBytes: number;
+  private readonly partConcurrency: number;
 
   constructor(opts: S3BlobStoreOptions) {
     if (!/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/.test(opts.bucket)) throw new Error(`invalid S3 bucket name: ${JSON.stringify(opts.bucket)}`);
@@ -128,13 +142,21 @@ export class S3BlobStore implements BlobStore {
     this.readAttempts = boundedInt(opts.readAttempts, 2, 1, 10, "readAttempts");
     this.stagingDir = opts.stagingDir ?? join(tmpdir(), "openma-uploads");
     this.bufferBytes = opts.bufferBytes ?? DEFAULT_TRANSFER_BUFFER_BYTES;
-    this.#client = new S3Client({
+    this.partBytes = boundedInt(opts.partBytes, 16 * 1024 * 1024, MIN_PART_BYTES, 5 * 1024 ** 3, "partBytes");
+    this.partConcurrency = boundedInt(opts.partConcurrency, 2, 1, 16, "partConcurrency");
+    this.maxAttempts = boundedInt(opts.maxAttempts, 3, 1, 10, "maxAttempts");
+    const clientConfig = {
       region: opts.region ?? "us-east-1",
       endpoint: opts.endpoint,
       forcePathStyle: opts.forcePathStyle ?? false,
       credentials: opts.credentials,
-      maxAttempts: boundedInt(opts.maxAttempts, 3, 1, 10, "maxAttempts"),
-    });
+    };
+    this.#client = new S3Client({ ...clientConfig, maxAttempts: this.maxAttempts });
+    // Silent: a failed part is retried by putMultipart or reported in putFile's error; the SDK would otherwise warn on
+    // the console for every failed streamed request that it cannot retry itself.
+    const quiet = () => undefined;
+    const logger = { trace: quiet, debug: quiet, info: quiet, warn: quiet, error: quiet };
+    this.#partClient = new S3Client({ ...clientConfig, maxAttempts: 1, logger });
   }
 
   private keyOf(key: string): string {
@@ -195,15 +217,27 @@ export class S3BlobStore implements BlobStore {
   }
 
   /**
-   * One streamed PutObject of a staged file: its length and digests are known
-   * from spooling, so the SDK sends the file as it reads it and S3 verifies the
-   * bytes. (Multipart would need a staging key and a server-side copy, because
-   * the content key is the digest of bytes not yet seen; a single PUT takes up
-   * to 5 GB, ten times the file limit.)
+   * A staged file up to `partBytes`: one streamed PutObject (its length and
+   * digests are known from spooling, so the SDK sends the file as it reads it
+   * and S3 verifies the bytes). Larger: a multipart upload of file-range
+   * streams, aborted on failure or when `opts.signal` fires.
    */
   async putFile(key: string, staged: StagedBlob, opts?: BlobCallOptions): Promise<void> {
     const fullKey = this.keyOf(key);
     const signal = this.signalFor(opts);
+    if (staged.size > this.partBytes) {
+      try {
+        const clients = { client: this.#client, partClient: this.#partClient, partAttempts: this.maxAttempts };
+        const target = { ...clients, bucket: this.bucket, key: fullKey, signal, abortTimeoutMs: this.timeoutMs };
+        await putMultipart(
+          { ...target, partBytes: this.partBytes, concurrency: this.partConcurrency, bufferBytes: this.bufferBytes },
+          staged,
+        );
+        return;
+      } catch (err) {
+        throw this.fail("put", key, err, signal);
+      }
+    }
     const body = readFileRange(staged.path, undefined, this.bufferBytes);
     try {
       await this.#client.send(
@@ -374,6 +408,7 @@ export class S3BlobStore implements BlobStore {
   /** Releases the client's sockets. */
   close(): void {
     this.#client.destroy();
+    this.#partClient.destroy();
   }
 }
 

@@ -4,8 +4,9 @@
  * An upload is *staged* first: spooled from the socket into a temporary file
  * while it is hashed and counted, and fsynced once at the end. Its content key
  * (the SHA-256) is only known then, so only then can it be placed: a hard link
- * into a local store (atomic, same filesystem), or one streamed PutObject with
- * the digests precomputed into S3. A failed or aborted upload is a temporary
+ * into a local store (atomic, same filesystem), or into S3 one streamed
+ * PutObject with the digests precomputed (a multipart upload of streamed file
+ * ranges above one part, s3-blobs-multipart.ts). A failed or aborted upload is a temporary
  * file removed in `finally`: nothing ever appears under a key.
  *
  * Downloads open a readable stream (optionally a byte range) whose buffer is
@@ -135,8 +136,8 @@ export function stagingDirOf(store: BlobStore, fallback: string): string {
  * content twice around a row's commit). A store without `putFile` gets the
  * bytes as one array: correct, but not bounded.
  */
-export async function putStagedBlob(store: BlobStore, key: string, staged: StagedBlob): Promise<void> {
-  if (store.putFile) return store.putFile(key, staged);
+export async function putStagedBlob(store: BlobStore, key: string, staged: StagedBlob, signal?: AbortSignal): Promise<void> {
+  if (store.putFile) return store.putFile(key, staged, { signal });
   await store.put(key, await readFile(staged.path));
 }
 

@@ -83,8 +83,8 @@ async function storeUpload(c: Context<AppEnv>, upload: ReceivedUpload): Promise<
     expires_at: expiresIn === undefined ? null : new Date(now + expiresIn * 1000).toISOString(),
     created_at: new Date(now).toISOString(),
   };
-  // Placed before the row and again after it (see putBlob).
-  await putStagedBlobOnce(deps.storage, key, staged);
+  // Placed before the row and again after it (see putBlob). A client gone while the blob is sent stops it (S3 aborts).
+  await putStagedBlobOnce(deps.storage, key, staged, c.req.raw.signal);
   await deps.storage.db.insertInto("files").values(row).execute();
   await putStagedBlobOnce(deps.storage, key, staged);
   return row;
