@@ -7,7 +7,9 @@
  * message. The turn's end happens while the browser's connection is cut (a
  * proxy in between drops it and refuses reconnects): once the network is
  * back the timeline holds exactly the session's log, in order, each event
- * once. Every page passes axe-core with no serious or critical violation.
+ * once. Also: a self-hosted environment's key shown once, a custom tool
+ * answered from the page, a held turn interrupted. Every page passes
+ * axe-core with no serious or critical violation.
  *
  * OPENMA_CONSOLE_SCREENSHOTS=1 (`npm run console:screenshots`) also writes
  * the main pages to docs/console/*.png.
@@ -88,6 +90,14 @@ describe("the console in Chromium", () => {
           delay: { chunk_ms: 60_000 },
           response: { content: [{ type: "text", text: "First half. Second half." }], chunk_chars: 12 },
         },
+        // A custom tool: the console answers it with the result a person types.
+        {
+          match: { last_user_text_contains: "look it up" },
+          response: { content: [{ type: "tool_use", name: "lookup", input: { q: "answer" } }] },
+        },
+        { match: { tool_result_for: "lookup", tool_result_contains: "42" }, response: "The answer is 42." },
+        // Held by the test's clock, which it never advances for this one: the turn runs until it is interrupted.
+        { match: { last_user_text_contains: "take your time" }, delay: { first_byte_ms: 600_000 }, response: "Too late." },
       ],
     });
     t = await startTestServer("sqlite", {
@@ -374,5 +384,57 @@ describe("the console in Chromium", () => {
     );
     expect(await seriousViolations(page)).toEqual([]);
     await screenshot(page, "environments");
+  });
+
+  it("shows a self-hosted environment's key once, answers a custom tool call, and interrupts a turn", async () => {
+    await openSignedIn("#/environments");
+    await page.getByLabel("Name").fill("own-workers");
+    await page.getByLabel("Type").selectOption("self_hosted");
+    await page.getByRole("button", { name: "Create environment" }).click();
+    await page.getByRole("cell", { name: "own-workers" }).waitFor();
+    const key = (await page.getByTestId("environment-key").textContent()) ?? "";
+    expect(key.length).toBeGreaterThan(16);
+    expect(await seriousViolations(page)).toEqual([]);
+    // The API never returns it again, and the console shows it no more once you leave the page.
+    const created = (await t.client.beta.environments.list()).data.find((e) => e.name === "own-workers");
+    expect(JSON.stringify(await t.client.beta.environments.retrieve(created?.id ?? ""))).not.toContain(key);
+    await page.getByRole("navigation").getByRole("link", { name: "Sessions" }).click();
+    await page.getByRole("navigation").getByRole("link", { name: "Environments" }).click();
+    await page.getByRole("cell", { name: "own-workers" }).waitFor();
+    expect(await page.getByTestId("environment-key").count()).toBe(0);
+    expect(await page.content()).not.toContain(key);
+
+    const agent = await t.client.beta.agents.create({
+      name: "looker",
+      model: "claude-test-1",
+      tools: [{ type: "custom", name: "lookup", description: "Look a thing up.", input_schema: { type: "object", properties: {} } }],
+    });
+    const environment = await t.client.beta.environments.create({ name: "look-env" });
+    const session = await t.client.beta.sessions.create({ agent: agent.id, environment_id: environment.id, title: "custom" });
+    await openSignedIn(`#/sessions/${session.id}`);
+    await page.getByRole("status").getByText("Live").waitFor();
+    await page.getByLabel("Message").fill("look it up");
+    await page.getByRole("button", { name: "Send" }).click();
+    await page.getByLabel("Result for lookup").fill("42");
+    expect(await seriousViolations(page)).toEqual([]);
+    await page.getByRole("button", { name: "Send result" }).click();
+    await page.locator('[data-type="agent.message"]').getByText("The answer is 42.").waitFor();
+    const events = (await t.client.beta.sessions.events.list(session.id, { limit: 1000 })).data;
+    const use = events.find((e) => e.type === "agent.custom_tool_use");
+    expect(events).toContainEqual(
+      expect.objectContaining({ type: "user.custom_tool_result", custom_tool_use_id: use?.id, content: [{ type: "text", text: "42" }] }),
+    );
+
+    // A turn the model holds: Interrupt ends it, and the timeline says so.
+    await page.getByLabel("Message").fill("take your time");
+    await page.getByRole("button", { name: "Send" }).click();
+    await clock.untilSleeping(1);
+    await poll(() => page.getByTestId("session-status").textContent()).toBe("running");
+    await page.getByRole("button", { name: "Interrupt" }).click();
+    await page.locator('[data-type="user.interrupt"]').getByText("You interrupted the agent").waitFor();
+    await poll(() => page.getByTestId("session-status").textContent()).toBe("idle");
+    const after = (await t.client.beta.sessions.events.list(session.id, { limit: 1000 })).data;
+    expect(after.filter((e) => e.type === "user.interrupt")).toHaveLength(1);
+    expect(after.some((e) => e.type === "agent.message" && JSON.stringify(e).includes("Too late."))).toBe(false);
   });
 });

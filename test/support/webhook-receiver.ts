@@ -1,4 +1,9 @@
-/** A local webhook receiver for tests: records what it accepts, answers 500 to its first requests when asked. */
+/**
+ * A local webhook receiver for tests: records what it accepts (`received`)
+ * and every request it saw (`requests`, the ones it answered 500 too: a
+ * receiver that processed a request and then failed to answer looks the same
+ * to the sender), answers 500 to its first requests when asked.
+ */
 import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 
@@ -8,8 +13,11 @@ export interface Received {
 }
 
 /** A receiver answering 500 to its first `failFirst` requests (all of them when Infinity), then 204. */
-export async function receiver(failFirst: number): Promise<{ url: string; received: Received[]; close(): Promise<void> }> {
+export async function receiver(
+  failFirst: number,
+): Promise<{ url: string; received: Received[]; requests: Received[]; close(): Promise<void> }> {
   const received: Received[] = [];
+  const requests: Received[] = [];
   let seen = 0;
   const server: Server = createServer((req, res) => {
     let body = "";
@@ -19,6 +27,7 @@ export async function receiver(failFirst: number): Promise<{ url: string; receiv
     });
     req.on("end", () => {
       seen++;
+      requests.push({ body, headers: flat(req.headers) });
       if (seen <= failFirst) {
         res.writeHead(500).end("not now");
         return;
@@ -32,6 +41,7 @@ export async function receiver(failFirst: number): Promise<{ url: string; receiv
   return {
     url: `http://127.0.0.1:${port}/hooks`,
     received,
+    requests,
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
 }

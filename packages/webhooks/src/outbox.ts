@@ -83,6 +83,7 @@ export const EMITTED_EVENT_TYPES = [
   "deployment_run.started",
   "deployment_run.succeeded",
   "deployment_run.failed",
+  "memory_store.created",
 ] as const;
 
 export interface WebhookChange {
