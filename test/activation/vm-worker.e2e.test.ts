@@ -9,7 +9,7 @@
  * exits. Completion is awaited on the session's stream, never on sleeps.
  */
 import { ActivationWorker, AwsMicrovmLauncherPort, SqlActivationIntentStore, vmWorkerImage } from "@openma/activation";
-import { type ScriptedModel, startScriptedModel } from "@openma/scripted-model";
+import type { ScriptedModel } from "@openma/scripted-model";
 import { type MicrovmsStandIn, startMicrovmsStandIn } from "@openma/standin-aws-microvms";
 import { systemClock } from "@openma/storage";
 import { BACKENDS } from "@openma/storage/testing";
@@ -17,9 +17,9 @@ import { afterEach, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../support/server.ts";
 import { until } from "../support/until.ts";
 import { allEvents, createSelfHostedEnvironment, endTurnIdle, resultText, sendAndWait } from "../support/worker-e2e.ts";
+import { SERVED_IN_THE_VM, startVmTurnModel } from "./vm-turn.ts";
 
 const MODEL_KEY = "sk-scripted-microvm";
-const USAGE = { input_tokens: 10, output_tokens: 5, cache_read_input_tokens: 0, cache_creation_input_tokens: 0 };
 
 describe.each(BACKENDS)("a session served by a launched MicroVM on %s", (dialect) => {
   let model: ScriptedModel | undefined;
@@ -32,20 +32,7 @@ describe.each(BACKENDS)("a session served by a launched MicroVM on %s", (dialect
   });
 
   it("launches one VM whose worker claims, serves and stops the session's Work", async () => {
-    model = await startScriptedModel({
-      apiKey: MODEL_KEY,
-      script: [
-        {
-          label: "bash",
-          match: { last_user_text_contains: "IN_THE_VM" },
-          response: {
-            content: [{ type: "tool_use", name: "bash", input: { command: "echo served-in-the-vm && ls /opt/openma" } }],
-            usage: USAGE,
-          },
-        },
-        { label: "done", match: { tool_result_for: "bash" }, response: { content: [{ type: "text", text: "done" }], usage: USAGE } },
-      ],
-    });
+    model = await startVmTurnModel(MODEL_KEY);
     t = await startTestServer(dialect, { OPENMA_BRAIN: "on", OPENMA_MODEL_BASE_URL: model.url, OPENMA_MODEL_API_KEY: MODEL_KEY });
     const { client } = t;
     const env = await createSelfHostedEnvironment(client, "microvms");
@@ -84,7 +71,7 @@ describe.each(BACKENDS)("a session served by a launched MicroVM on %s", (dialect
 
       const events = await allEvents(client, session.id);
       const result = events.find((e) => e.type === "user.tool_result");
-      expect(resultText(result as never)).toMatch(/served-in-the-vm\nmicrovm-worker\.mjs/);
+      expect(resultText(result as never)).toMatch(SERVED_IN_THE_VM);
       expect(standIn.launches()).toBe(1);
       // The worker stops its item and exits; the VM ends with it and its sandbox is gone.
       await until(async () => standIn?.table.get(runtimeId)?.state === "TERMINATED", "the VM to end after its worker exits");

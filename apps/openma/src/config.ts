@@ -9,6 +9,7 @@ import type { BlobEnv } from "@openma/storage/s3-blobs";
 import { decodeSecretKey } from "@openma/storage/secret-box";
 import { parseWarmPoolTargets, type WarmPoolTargets } from "@openma/warm-pool/config";
 import { z } from "zod";
+import { type ActivationConfig, activationEnv, activationOf } from "./activation.ts";
 import type { PackageRegistries } from "./bwrap-packages.ts";
 import { type EgressSettings, egressSettings } from "./egress.ts";
 import { REMOTE_SANDBOX_DRIVERS, type RemoteSandboxName } from "./remote-sandboxes.ts";
@@ -121,6 +122,8 @@ const schema = z.object({
   OPENMA_RUNTIME_HOST_CONCURRENCY: z.coerce.number().int().min(1).max(256).default(4),
   OPENMA_RUNTIME_FENCE_TTL_MS: z.coerce.number().int().min(1500).max(3_600_000).default(90_000),
   OPENMA_WORKER_MAX_IDLE_MS: z.coerce.number().int().min(0).max(86_400_000).optional(),
+  // Activation (docs/activation.md): one AWS Lambda MicroVM per Work of these environments (acquire_then_session_poll).
+  ...activationEnv,
   // Where a standalone `openma runtime-host` reaches the API (an embedded one uses its own listener).
   OPENMA_API_URL: z.url({ protocol: /^http$/ }).optional(),
   OPENMA_MODEL_BASE_URL: z.url().optional(),
@@ -200,6 +203,8 @@ export interface ServerConfig {
   blobs?: BlobEnv | undefined;
   /** Set when this process serves a self-hosted environment (ama_worker lane). Holds a secret: never log. */
   runtimeHost: RuntimeHostConfig | undefined;
+  /** Set when this process launches a MicroVM per Work of some environments (OPENMA_ACTIVATION_ENVIRONMENTS). */
+  activation: ActivationConfig | undefined;
   /** `/metrics`, `/ready` and the SIGTERM drain (see ops.ts). The token is a secret: never log. */
   ops: { metrics: boolean; metricsToken: string | undefined; drainTimeoutMs: number; tracesEndpoint: string | undefined };
 }
@@ -275,6 +280,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
     webSearch: configured(() => webSearchProviderFromEnv(env)),
     blobs: blobEnvOf(e),
     runtimeHost: runtimeHostOf(e),
+    activation: activationOf(e, e.OPENMA_WORKER_MAX_IDLE_MS),
     ops: {
       metrics: e.OPENMA_METRICS === "on",
       metricsToken: e.OPENMA_METRICS_TOKEN,

@@ -19,6 +19,7 @@ import type { BlobStore } from "@openma/storage/blobs";
 import type { Scheduler } from "@openma/time";
 import type { Tracer } from "@opentelemetry/api";
 import pino from "pino";
+import { startActivation } from "./activation.ts";
 import { ensureAdminKey } from "./admin-key.ts";
 import { startAutomation } from "./automation.ts";
 import type { ServerConfig } from "./config.ts";
@@ -188,6 +189,10 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
     : null;
 
   const automation = startAutomation(config.automation, deps, opts.schedulerTimers);
+  // A VM per Work of the activated environments; it polls the public URL when one is set, else this listener.
+  const activation = config.activation
+    ? await startActivation({ config: config.activation, storage, apiUrl: deps.publicBaseUrl ?? url, logger })
+    : null;
 
   let closing: Promise<void> | null = null;
   let draining: Promise<void> | null = null;
@@ -212,6 +217,7 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
           (server as unknown as { closeAllConnections?: () => void }).closeAllConnections?.();
         });
         await automation.stop();
+        await activation?.stop();
         // Sessions in the runtime host's sandboxes: cancelled cooperatively, then hard-killed; nothing more is published.
         await runtimeHost?.close();
         // Running turns go back to pending so another process resumes them at once.

@@ -2,4 +2,5 @@
 export * from "./aws-launcher.ts";
 export * from "./intents.ts";
 export * from "./vm-bundle.ts";
+export * from "./work-activation.ts";
 export * from "./worker.ts";

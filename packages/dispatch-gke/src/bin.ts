@@ -11,7 +11,8 @@
  *   OPENMA_GKE_WARM_POOL         the SandboxWarmPool claims bind to
  *   OPENMA_GKE_NAMESPACE         default: the kubeconfig context's namespace, else `default`
  *   OPENMA_GKE_MAX_DISPATCHES    attempts per Work before it is stopped (default 3)
- *   OPENMA_GKE_RECLAIM_MS        reclaim window passed to the poll (default 120000)
+ *   OPENMA_GKE_READY_TIMEOUT_MS  how long a claim may take to bind and take the launcher, before the ack (default 120000)
+ *   OPENMA_GKE_RECLAIM_MS        reclaim window passed to the poll (default: OPENMA_GKE_READY_TIMEOUT_MS)
  *   OPENMA_GKE_ONE_PASS=1        one pass, then exit (cron-style use, and tests)
  */
 import Anthropic from "@anthropic-ai/sdk";
@@ -28,7 +29,8 @@ const Env = z.object({
   OPENMA_GKE_WARM_POOL: z.string().min(1),
   OPENMA_GKE_NAMESPACE: z.string().min(1).optional(),
   OPENMA_GKE_MAX_DISPATCHES: z.coerce.number().int().min(1).max(100).default(3),
-  OPENMA_GKE_RECLAIM_MS: z.coerce.number().int().min(0).max(86_400_000).default(120_000),
+  OPENMA_GKE_READY_TIMEOUT_MS: z.coerce.number().int().min(1000).max(3_600_000).default(120_000),
+  OPENMA_GKE_RECLAIM_MS: z.coerce.number().int().min(0).max(86_400_000).optional(),
   OPENMA_GKE_ONE_PASS: z.enum(["0", "1"]).default("0"),
 });
 
@@ -54,7 +56,8 @@ const dispatcher = new GkeDispatcher({
     return bundle;
   },
   maxDispatches: env.OPENMA_GKE_MAX_DISPATCHES,
-  reclaimOlderThanMs: env.OPENMA_GKE_RECLAIM_MS,
+  readyTimeoutMs: env.OPENMA_GKE_READY_TIMEOUT_MS,
+  ...(env.OPENMA_GKE_RECLAIM_MS === undefined ? {} : { reclaimOlderThanMs: env.OPENMA_GKE_RECLAIM_MS }),
   log: (line) => process.stderr.write(`openma-dispatch-gke: ${line}\n`),
 });
 const stop = new AbortController();

@@ -1,25 +1,40 @@
 /**
  * GKE dispatch (`poll_unacked_then_dispatch`): a self-hosted environment's
- * Work is polled with the environment key and never acknowledged here; each
- * session item gets a SandboxClaim on a configured SandboxWarmPool, and the
- * item is handed to the bound pod, whose official EnvironmentWorker (our
- * ama_worker launcher) acknowledges it, heartbeats it and stops it itself.
+ * Work is polled with the environment key; each session item gets a
+ * SandboxClaim on a configured SandboxWarmPool and is handed to the bound
+ * pod, whose official EnvironmentWorker (our ama_worker launcher) heartbeats
+ * it, serves the session and stops it.
+ *
+ * The dispatcher acknowledges the item itself, with the item's own sessions
+ * token, once the pod is bound and the launcher installed, right before it
+ * starts the worker: from then on the item is held by its Work lease (the
+ * server's first-beat grace, then the TTL of the pod's heartbeats), never by
+ * `reclaim_older_than_ms`. An item left unacked while the pod's worker
+ * started could be polled again by the next pass, and a poll rotates the
+ * sessions token, fencing the pod out (its ack and heartbeats got 401) and
+ * making its claim look spent. The ack with the item's token is also the
+ * fence of the hand-off: it fails when another poll took the item meanwhile.
+ * Until the ack, everything is bounded by `readyTimeoutMs`, which is why the
+ * default reclaim window is that deadline: an unacked item older than it is
+ * one its dispatcher gave up on.
  *
  * One claim per dispatch attempt, named by Work id and attempt number, so
  * a retried create is idempotent (AlreadyExists → the same claim). The
  * attempt is recorded on the claim (`openma.dev/handoff`): a dispatcher
  * killed before the hand-off started leaves a claim without it, which the
  * next dispatch of that Work reuses (same name, same attempt); a claim whose
- * hand-off started is spent, so the Work coming back means the pod did not
- * take it: that claim is reaped and the next attempt gets a new claim.
- * Beyond `maxDispatches` attempts the Work is force-stopped. Claims whose
- * Work has stopped (the session's turn is over) are reaped on every pass.
+ * hand-off started is spent, so the Work coming back (its lease lapsed: the
+ * pod did not take it) means that claim is reaped and the next attempt gets
+ * a new claim. Beyond `maxDispatches` attempts the Work is force-stopped.
+ * Claims whose Work has stopped (the session's turn is over) are reaped on
+ * every pass.
  *
  * The work secret reaches the pod only on the exec's stdin, into a file
  * private to the pod that the launcher opens and unlinks before it starts:
  * never in argv, the claim, the pod spec or its environment.
  */
 import type Anthropic from "@anthropic-ai/sdk";
+import { sessionsTokenFromSecret } from "@anthropic-ai/sdk/lib/environments/worker";
 import type { WorkerBundle } from "@openma/runtime-host";
 import { REMOTE_LAUNCHER } from "@openma/runtime-host";
 import { realScheduler, type Scheduler } from "@openma/time";
@@ -49,9 +64,12 @@ export interface GkeDispatcherOptions {
   bundle: () => Promise<WorkerBundle>;
   /** Dispatch attempts per Work before it is force-stopped (default 3). */
   maxDispatches?: number;
-  /** Passed to the poll: an item handed out and not acked this long ago is offered again (default 120 s). */
+  /**
+   * Passed to the poll: an item handed out and not acked this long ago is offered again. Default
+   * `readyTimeoutMs`, the deadline of everything a dispatch does before its ack.
+   */
   reclaimOlderThanMs?: number;
-  /** How long a claim may take to bind a Ready pod (default 120 s). */
+  /** How long a dispatch may take, once its claim exists, to bind a Ready pod and install the launcher before its ack (default 120 s). */
   readyTimeoutMs?: number;
   /** How long a poll waits on the server for Work (`block_ms`, at most 999; default 900). */
   pollBlockMs?: number;
@@ -94,10 +112,11 @@ export class GkeDispatcher {
   readonly #work: Anthropic["beta"]["environments"]["work"];
 
   constructor(options: GkeDispatcherOptions) {
+    const readyTimeoutMs = options.readyTimeoutMs ?? 120_000;
     this.#o = {
       maxDispatches: 3,
-      reclaimOlderThanMs: 120_000,
-      readyTimeoutMs: 120_000,
+      reclaimOlderThanMs: readyTimeoutMs,
+      readyTimeoutMs,
       idleMs: 1000,
       pollBlockMs: 900,
       dispatcherId: `openma-dispatch-gke-${process.pid}`,
@@ -197,32 +216,33 @@ export class GkeDispatcher {
       spec: { warmPoolRef: { name: this.#o.warmPool } },
     });
     for (const claim of stale) await this.#o.cluster.deleteClaim(claim.metadata.name);
+    // Binding and installing must end before the poll's reclaim window does: past it the item may be another's.
+    const deadline = new AbortController();
+    const onAbort = () => deadline.abort(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    void this.#o.scheduler.sleep(this.#o.readyTimeoutMs, deadline.signal).then(
+      () => deadline.abort(new Error(`SandboxClaim ${name} was not bound and handed off within ${this.#o.readyTimeoutMs} ms`)),
+      () => {},
+    );
     try {
-      const timeout = new AbortController();
-      const onAbort = () => timeout.abort(signal.reason);
-      signal.addEventListener("abort", onAbort, { once: true });
-      void this.#o.scheduler.sleep(this.#o.readyTimeoutMs, timeout.signal).then(
-        () => timeout.abort(new Error(`SandboxClaim ${name} was not Ready within ${this.#o.readyTimeoutMs} ms`)),
-        () => {},
-      );
-      let pod: string;
-      try {
-        pod = await this.#o.cluster.waitForPod(name, timeout.signal);
-      } finally {
-        signal.removeEventListener("abort", onAbort);
-        timeout.abort();
-      }
-      await this.#handOff(name, pod, work);
+      const pod = await this.#o.cluster.waitForPod(name, deadline.signal);
+      await this.#handOff(name, pod, work, deadline.signal);
       return { type: "dispatched", workId: work.id, claim: name, pod, attempt, reusedClaim: !created };
     } catch (err) {
-      // The claim stays, marked spent unless the hand-off never began: the Work returns after the reclaim window and the next attempt reaps it.
+      // The claim stays, marked spent unless the hand-off never began: the Work returns (after the reclaim window
+      // when it was never acked, after its lease when it was) and the next attempt reaps it.
       const error = err instanceof Error ? err.message : String(err);
       this.#o.log?.(`dispatch of work ${work.id} through ${name} failed: ${error}`);
       return { type: "failed", workId: work.id, claim: name, error };
+    } finally {
+      signal.removeEventListener("abort", onAbort);
+      deadline.abort();
     }
   }
 
-  async #handOff(claim: string, pod: string, work: Work): Promise<void> {
+  async #handOff(claim: string, pod: string, work: Work, deadline: AbortSignal): Promise<void> {
+    const sessionsToken = sessionsTokenFromSecret(work.secret);
+    if (work.secret === null || sessionsToken === null) throw new Error(`work ${work.id} came without a usable secret`);
     const bundle = await this.#o.bundle();
     const dir = REMOTE_LAUNCHER.slice(0, REMOTE_LAUNCHER.lastIndexOf("/"));
     const installed = await this.#o.cluster.exec(
@@ -231,9 +251,15 @@ export class GkeDispatcher {
       bundle.content,
     );
     if (installed.exitCode !== 0) throw new Error(`installing the worker in pod ${pod} failed: ${installed.stderr.trim()}`);
-    // From here on the attempt counts: the pod may already hold the item.
+    deadline.throwIfAborted();
+    // From here on the attempt counts: the item is acked and the pod may already hold it.
     await this.#o.cluster.annotateClaim(claim, { [HANDOFF_ANNOTATION]: "started" });
-    if (work.secret === null) throw new Error(`work ${work.id} came without a secret`);
+    // Acked with the item's own token: refused (401) if another poll took the item meanwhile, so no second pod
+    // serves it. The lease now runs until the pod's first heartbeat is due.
+    const acked = await this.#o.client
+      .withOptions({ apiKey: null, authToken: sessionsToken })
+      .beta.environments.work.ack(work.id, { environment_id: this.#o.environmentId });
+    if (acked.state !== "starting") throw new Error(`work ${work.id} is ${acked.state}, not startable`);
     const launch = {
       env: {
         ANTHROPIC_WORK_ID: work.id,
@@ -243,8 +269,6 @@ export class GkeDispatcher {
       },
       apiUrl: this.#o.apiUrl,
       workdir: "/workspace",
-      // The worker acknowledges the item itself: the dispatcher never holds its lease.
-      ack: true,
       ...(this.#o.workerMaxIdleMs === undefined ? {} : { maxIdleMs: this.#o.workerMaxIdleMs }),
     };
     const started = await this.#o.cluster.exec(
