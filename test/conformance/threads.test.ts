@@ -58,10 +58,16 @@ describe.each(BACKENDS)("multi-agent threads through the SDK on %s", (dialect) =
           response: { content: [send("helper", "look it up")] },
         },
         { match: { system_contains: "ROLE:boss", tool_result_for: "send_thread_message" }, response: "Waiting." },
-        { match: { system_contains: "ROLE:helper", tool_result_for: "lookup", tool_result_contains: "42" }, response: "the answer is 42" },
+        {
+          match: { system_contains: "ROLE:helper", tool_result_for: "lookup", tool_result_contains: "42" },
+          response: { content: [{ type: "text", text: "the answer is 42" }], usage: { input_tokens: 210_000, output_tokens: 2_000 } },
+        },
         {
           match: { system_contains: "ROLE:helper", last_user_text_contains: "look it up" },
-          response: { content: [{ type: "tool_use", name: "lookup", input: { q: "the answer" } }] },
+          response: {
+            content: [{ type: "tool_use", name: "lookup", input: { q: "the answer" } }],
+            usage: { input_tokens: 200_000, output_tokens: 10_000 },
+          },
         },
         { match: { system_contains: "ROLE:boss", last_user_text_contains: "the answer is 42" }, response: "Boss done." },
       ],
@@ -231,7 +237,8 @@ describe.each(BACKENDS)("multi-agent threads through the SDK on %s", (dialect) =
     const client = t.client.beta;
     const helper = await client.agents.create({
       name: "helper",
-      model: "claude-test-1",
+      // A model with a list price: the helper's thread reports its own list_cost.
+      model: "claude-opus-4-6",
       system: "ROLE:helper",
       tools: [{ type: "custom", name: "lookup", description: "look something up", input_schema: { type: "object", properties: {} } }],
     });
@@ -279,6 +286,14 @@ describe.each(BACKENDS)("multi-agent threads through the SDK on %s", (dialect) =
     expect(helperEvents.filter((e) => e.type === "user.custom_tool_result").map((e) => e.id)).toEqual([sent.data?.[0]?.id]);
     const primaryEvents = (await client.sessions.events.list(session.id)).data.filter((e) => e.type === "user.custom_tool_result");
     expect(primaryEvents.map((e) => e.type === "user.custom_tool_result" && e.session_thread_id)).toEqual([helperThread?.id]);
+
+    // The helper's cost, priced on its own model ($5 / $25 per million): 410,000 in and 12,000 out are $2.35;
+    // the coordinator's model has no list price, so its thread has no cost.
+    const priced = (await client.sessions.threads.list(session.id)).data;
+    expect(priced.map((th) => [th.agent.type === "agent" && th.agent.name, th.usage?.list_cost ?? null])).toEqual([
+      ["boss", null],
+      ["helper", { amount: "235", currency: "USD" }],
+    ]);
 
     // Archiving the session ends its live threads, each with a terminated status in its own log, then the session.
     await client.sessions.archive(session.id);
