@@ -49,9 +49,27 @@ describe.each(BACKENDS)("multi-agent threads through the SDK on %s", (dialect) =
         { match: { system_contains: "ROLE:lead", last_user_text_contains: "note drafted" }, response: "All done." },
         {
           match: { system_contains: "ROLE:lead", last_user_text_contains: "ask the writer again" },
-          response: { content: [send("writer", "shorter please")] },
+          // A text block the session stream previews, while the writer's own stream must not.
+          response: { content: [{ type: "text", text: "Asking the writer." }, send("writer", "shorter please")] },
         },
         { match: { system_contains: "ROLE:lead", last_user_text_contains: "short note" }, response: "Thanks." },
+        {
+          match: { system_contains: "ROLE:boss", last_user_text_contains: "use the helper" },
+          response: { content: [send("helper", "look it up")] },
+        },
+        { match: { system_contains: "ROLE:boss", tool_result_for: "send_thread_message" }, response: "Waiting." },
+        {
+          match: { system_contains: "ROLE:helper", tool_result_for: "lookup", tool_result_contains: "42" },
+          response: { content: [{ type: "text", text: "the answer is 42" }], usage: { input_tokens: 210_000, output_tokens: 2_000 } },
+        },
+        {
+          match: { system_contains: "ROLE:helper", last_user_text_contains: "look it up" },
+          response: {
+            content: [{ type: "tool_use", name: "lookup", input: { q: "the answer" } }],
+            usage: { input_tokens: 200_000, output_tokens: 10_000 },
+          },
+        },
+        { match: { system_contains: "ROLE:boss", last_user_text_contains: "the answer is 42" }, response: "Boss done." },
       ],
     });
     t = await startTestServer(dialect, { OPENMA_BRAIN: "on", OPENMA_MODEL_BASE_URL: model.url, OPENMA_MODEL_API_KEY: MODEL_KEY });
@@ -169,9 +187,10 @@ describe.each(BACKENDS)("multi-agent threads through the SDK on %s", (dialect) =
     ).toBe(false);
     expect(primaryEvents[0]?.type).toBe("user.message");
 
-    // The writer's own stream, while the coordinator messages it again (same thread, no new one).
-    const writerStream = await client.sessions.threads.events.stream(write.id, { session_id: session.id });
-    const again = await client.sessions.events.stream(session.id);
+    // The writer's own stream, while the coordinator messages it again (same thread, no new one); both
+    // streams ask for previews, and the writer's shows only its own thread's.
+    const writerStream = await client.sessions.threads.events.stream(write.id, { session_id: session.id, event_deltas: ["agent.message"] });
+    const again = await client.sessions.events.stream(session.id, { event_deltas: ["agent.message"] });
     await client.sessions.events.send(session.id, {
       events: [{ type: "user.message", content: [{ type: "text", text: "ask the writer again" }] }],
     });
@@ -181,7 +200,8 @@ describe.each(BACKENDS)("multi-agent threads through the SDK on %s", (dialect) =
       if (e.type === "agent.thread_message_sent") break;
     }
     writerStream.controller.abort();
-    expect(writerSeen.map((e) => e.type)).toEqual([
+    const isPreview = (e: { type: string }) => e.type === "event_start" || e.type === "event_delta";
+    expect(writerSeen.filter((e) => !isPreview(e)).map((e) => e.type)).toEqual([
       "agent.thread_message_received",
       "session.thread_status_running",
       "span.model_request_start",
@@ -191,8 +211,16 @@ describe.each(BACKENDS)("multi-agent threads through the SDK on %s", (dialect) =
       "session.thread_status_idle",
       "agent.thread_message_sent",
     ]);
+    const writerMessages = writerSeen.flatMap((e) => (e.type === "agent.message" ? [e.id] : []));
+    const writerStarts = writerSeen.flatMap((e) => (e.type === "event_start" ? [e.event.id] : []));
+    expect(writerStarts).toEqual(writerMessages);
+    expect(writerSeen.every((e) => e.type !== "event_delta" || writerMessages.includes(e.event_id))).toBe(true);
     const more = await until(again, "Thanks.");
     expect(more.some((e) => e.type === "session.thread_created")).toBe(false);
+    // The session stream previews every thread's messages: the coordinator's and the writer's.
+    const moreMessages = more.flatMap((e) => (e.type === "agent.message" ? [e.id] : []));
+    expect(more.flatMap((e) => (e.type === "event_start" ? [e.event.id] : []))).toEqual(moreMessages);
+    expect(moreMessages).toHaveLength(4);
 
     // Archive: a subagent thread, never the primary one.
     const archived = await client.sessions.threads.archive(research.id, { session_id: session.id });
@@ -203,5 +231,81 @@ describe.each(BACKENDS)("multi-agent threads through the SDK on %s", (dialect) =
     expect(missing).toBeInstanceOf(Anthropic.NotFoundError);
     const idleOnly = await client.sessions.threads.list(session.id, { statuses: ["running"] });
     expect(idleOnly.data).toEqual([]);
+  });
+
+  it("routes a subagent's custom tool result to its thread, and archiving the session terminates its threads", async () => {
+    const client = t.client.beta;
+    const helper = await client.agents.create({
+      name: "helper",
+      // A model with a list price: the helper's thread reports its own list_cost.
+      model: "claude-opus-4-6",
+      system: "ROLE:helper",
+      tools: [{ type: "custom", name: "lookup", description: "look something up", input_schema: { type: "object", properties: {} } }],
+    });
+    const boss = await client.agents.create({
+      name: "boss",
+      model: "claude-test-1",
+      system: "ROLE:boss",
+      multiagent: { type: "coordinator", agents: [helper.id] },
+    });
+    const env = await client.environments.create({ name: "none", config: { type: "none" } as never });
+    const session = await client.sessions.create({ agent: boss.id, environment_id: env.id });
+
+    // The helper asks the client for its custom tool; the session stream carries the call, tagged with the helper's thread.
+    const stream = await client.sessions.events.stream(session.id);
+    await client.sessions.events.send(session.id, {
+      events: [{ type: "user.message", content: [{ type: "text", text: "use the helper" }] }],
+    });
+    let use: BetaManagedAgentsStreamSessionEvents | undefined;
+    for await (const e of stream) {
+      if (e.type === "agent.custom_tool_use") use = e;
+      if (use && e.type === "session.thread_status_idle" && e.stop_reason.type === "requires_action") break;
+    }
+    stream.controller.abort();
+    if (use?.type !== "agent.custom_tool_use") throw new Error("no custom tool use");
+    const helperThread = (await client.sessions.threads.list(session.id)).data.find(
+      (th) => th.agent.type === "agent" && th.agent.name === "helper",
+    );
+    expect(helperThread).toBeDefined();
+    expect(use.session_thread_id).toBe(helperThread?.id);
+
+    // Its result goes back to that thread (the server routes it by the tool use id) and the helper resumes.
+    const rest = await client.sessions.events.stream(session.id);
+    const sent = await client.sessions.events.send(session.id, {
+      events: [{ type: "user.custom_tool_result", custom_tool_use_id: use.id, content: [{ type: "text", text: "42" }] }],
+    });
+    expect(sent.data?.[0]).toMatchObject({ type: "user.custom_tool_result", session_thread_id: helperThread?.id });
+    const seen = await until(rest, "Boss done.");
+    expect(
+      seen.some(
+        (e) => e.type === "agent.thread_message_received" && e.content.some((b) => b.type === "text" && b.text === "the answer is 42"),
+      ),
+    ).toBe(true);
+    const helperEvents: BetaManagedAgentsSessionEvent[] = [];
+    for await (const e of client.sessions.threads.events.list(helperThread?.id ?? "", { session_id: session.id })) helperEvents.push(e);
+    expect(helperEvents.filter((e) => e.type === "user.custom_tool_result").map((e) => e.id)).toEqual([sent.data?.[0]?.id]);
+    const primaryEvents = (await client.sessions.events.list(session.id)).data.filter((e) => e.type === "user.custom_tool_result");
+    expect(primaryEvents.map((e) => e.type === "user.custom_tool_result" && e.session_thread_id)).toEqual([helperThread?.id]);
+
+    // The helper's cost, priced on its own model ($5 / $25 per million): 410,000 in and 12,000 out are $2.35;
+    // the coordinator's model has no list price, so its thread has no cost.
+    const priced = (await client.sessions.threads.list(session.id)).data;
+    expect(priced.map((th) => [th.agent.type === "agent" && th.agent.name, th.usage?.list_cost ?? null])).toEqual([
+      ["boss", null],
+      ["helper", { amount: "235", currency: "USD" }],
+    ]);
+
+    // Archiving the session ends its live threads, each with a terminated status in its own log, then the session.
+    await client.sessions.archive(session.id);
+    const after: BetaManagedAgentsSessionEvent[] = [];
+    for await (const e of client.sessions.threads.events.list(helperThread?.id ?? "", { session_id: session.id })) after.push(e);
+    const ended = after.at(-1);
+    expect(ended?.type === "session.thread_status_terminated" && [ended.session_thread_id, ended.agent_name]).toEqual([
+      helperThread?.id,
+      "helper",
+    ]);
+    const tail = (await client.sessions.events.list(session.id, { order: "desc", limit: 2 })).data.map((e) => e.type);
+    expect(tail).toEqual(["session.status_terminated", "session.thread_status_terminated"]);
+    expect((await client.sessions.threads.list(session.id)).data.map((th) => th.status)).toEqual(["terminated", "terminated"]);
   });
 });

@@ -114,6 +114,7 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
       slots: new TransferSlots(config.transfers.maxConcurrent),
     },
     selfHostedBrain: config.brain.selfHosted,
+    prices: config.prices,
     // An archived or deleted session's sandbox goes now, not when its idle timer fires.
     // An archived one's outputs are collected once more after its sandbox stopped writing to them.
     onSessionClosed: async (sessionId, why) => {

@@ -1,6 +1,7 @@
 /** What every route can reach through `c.get(...)`: injected, never global. */
 import type { SelfHostedBrain } from "@openma/execution/placement";
 import type { OpenmaMetrics } from "@openma/metrics";
+import type { PriceTable } from "@openma/pricing";
 import type { Clock, IdFactory, SecretBox, Storage } from "@openma/storage";
 import type { Credential } from "./auth.ts";
 import type { TransferSettings } from "./transfers.ts";
@@ -51,6 +52,8 @@ export interface ApiDeps {
    * secrets are written as plaintext JSON and sealed ones cannot be read.
    */
   secrets?: SecretBox | undefined;
+  /** List prices for a thread's `usage.list_cost` (the harness prices the session's); default: `@openma/pricing`'s public list prices. */
+  prices?: PriceTable | undefined;
   /** Buffers, limits and concurrency of large uploads and downloads (transfers.ts); default: built-in values. */
   transfers?: TransferSettings | undefined;
   /** Request, event-stream and append metrics (`openma serve`: Prometheus); absent: none recorded. */

@@ -8,4 +8,5 @@ export * from "./previews.ts";
 export { type RunResult, type RunTrigger, runDeployment } from "./routes/deployments.ts";
 export * from "./session-activity.ts";
 export * from "./session-output-files.ts";
+export * from "./thread-lifecycle.ts";
 export * from "./transfers.ts";

@@ -19,10 +19,12 @@ export type PreviewFrame =
   | { type: "event_start"; event: { type: DeltaType; id: string } }
   | { type: "event_delta"; event_id: string; delta: { type: "content_delta"; content: { type: "text"; text: string }; index?: number } };
 
-/** What travels on the bus: the frame and the event type it previews (deltas name only the id). */
+/** What travels on the bus: the frame, the event type it previews (deltas name only the id) and the thread whose event it is. */
 interface Envelope {
   previews: DeltaType;
   frame: PreviewFrame;
+  /** Null or absent: the primary thread (ADR 0024). */
+  thread?: string | null;
 }
 
 /** Text per delta frame: even fully \u-escaped it stays under the bus's payload bound. */
@@ -30,8 +32,14 @@ export const MAX_DELTA_CHARS = 1000;
 
 export const previewTopic = (sessionId: string) => `previews:${sessionId}`;
 
-export function broadcastPreview(bus: ChangeBus, sessionId: string, previews: DeltaType, frame: PreviewFrame): Promise<void> {
-  const envelope: Envelope = { previews, frame };
+export function broadcastPreview(
+  bus: ChangeBus,
+  sessionId: string,
+  previews: DeltaType,
+  frame: PreviewFrame,
+  thread: string | null = null,
+): Promise<void> {
+  const envelope: Envelope = thread ? { previews, frame, thread } : { previews, frame };
   return bus.broadcast(previewTopic(sessionId), JSON.stringify(envelope));
 }
 
@@ -54,16 +62,19 @@ export function deltaPieces(text: string): string[] {
 const FINALIZED_MEMORY = 256;
 
 /**
- * The stream side: listens for the session's frames of the requested types.
- * `finalized(id)` records that the final event went out, so later frames of
- * that id are dropped.
+ * The stream side: listens for the session's frames of the requested types
+ * (on a thread's stream, only that thread's frames; `thread` undefined: the
+ * session stream, every thread's). `finalized(id)` records that the final
+ * event went out, so later frames of that id are dropped.
  */
 export class PreviewFilter {
   readonly #wanted: ReadonlySet<DeltaType>;
+  readonly #thread: string | null | undefined;
   readonly #finalized = new Set<string>();
 
-  constructor(wanted: readonly DeltaType[]) {
+  constructor(wanted: readonly DeltaType[], thread?: string | null) {
     this.#wanted = new Set(wanted);
+    this.#thread = thread;
   }
 
   get enabled(): boolean {
@@ -75,6 +86,7 @@ export class PreviewFilter {
     return bus.listen(previewTopic(sessionId), (payload) => {
       const envelope = parse(payload);
       if (!envelope || !this.#wanted.has(envelope.previews)) return;
+      if (this.#thread !== undefined && (envelope.thread ?? null) !== this.#thread) return;
       const id = envelope.frame.type === "event_start" ? envelope.frame.event.id : envelope.frame.event_id;
       if (this.#finalized.has(id)) return;
       send(envelope.frame);

@@ -203,7 +203,7 @@ async function runAttempt(rq: Requested, attempt: number): Promise<AttemptOutcom
   if (started.type !== "ok") return ENDED;
   const startId = (started.value[0] as { id: string }).id;
   const watch = new TurnWatch(deps.storage, ctx.sessionId, rq.state.lastSeq, rq.signal);
-  const previews = new PreviewPublisher(deps.storage.bus, ctx.sessionId, () => deps.ids("sevt"));
+  const previews = new PreviewPublisher(deps.storage.bus, ctx.sessionId, () => deps.ids("sevt"), deps.scope?.id ?? null);
   let result: ModelAttempt;
   try {
     result = await deps.model.send(rq.request, watch.signal, previews);

@@ -28,6 +28,8 @@ export class PreviewPublisher implements ModelStreamObserver {
     private readonly bus: ChangeBus,
     private readonly sessionId: string,
     private readonly newId: () => string,
+    /** The thread whose model streams (null: the primary), so a thread's stream shows its own previews only. */
+    private readonly thread: string | null = null,
   ) {}
 
   /** The id announced for the event of content block `index`, if it was previewed. */
@@ -72,7 +74,7 @@ export class PreviewPublisher implements ModelStreamObserver {
 
   async #drain(): Promise<void> {
     for (let item = this.#queue.shift(); item; item = this.#queue.shift()) {
-      await broadcastPreview(this.bus, this.sessionId, item.previews, item.frame).catch(() => {});
+      await broadcastPreview(this.bus, this.sessionId, item.previews, item.frame, this.thread).catch(() => {});
     }
     this.#draining = null;
   }

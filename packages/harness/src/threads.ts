@@ -17,7 +17,7 @@
  * `agent.thread_message_sent`. A subagent answers when its turn ends: its
  * last reply goes back to the coordinator the same way (`withReply`).
  */
-import type { EventDraft } from "@openma/api";
+import { type EventDraft, liveThreads } from "@openma/api";
 import type { Clock, Database, IdFactory, Storage } from "@openma/storage";
 import type { Transaction } from "kysely";
 import type { ModelToolDefinition, ServerToolContext, ServerToolExecutor, ServerToolResult } from "./server-tools.ts";
@@ -73,15 +73,7 @@ interface ThreadRowBody {
 
 /** The threads of a session besides the primary one, oldest first. */
 export async function childThreads(storage: Storage, sessionId: string): Promise<ThreadScope[]> {
-  const rows = await storage.db
-    .selectFrom("session_threads")
-    .select(["id", "agent_name", "parent_thread_id"])
-    .where("session_id", "=", sessionId)
-    .where("parent_thread_id", "is not", null)
-    .where("archived_at", "is", null)
-    .orderBy("created_at", "asc")
-    .orderBy("id", "asc")
-    .execute();
+  const rows = await liveThreads(storage.db, sessionId);
   return rows.map((r) => ({ id: r.id, agentName: r.agent_name, parentId: r.parent_thread_id }));
 }
 

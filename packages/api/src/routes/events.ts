@@ -19,6 +19,7 @@ import {
   DELTA_TYPES,
   draftFromParam,
   EVENT_TYPES,
+  type EventDraft,
   type EventParam,
   sendEventsProblem,
   sendEventsSchema,
@@ -99,17 +100,23 @@ const ANSWERS: Partial<Record<EventParam["type"], { field: string; types: string
   "user.tool_confirmation": { field: "tool_use_id", types: ["agent.tool_use", "agent.mcp_tool_use"] },
 };
 
-/** Each tool result/confirmation must answer a tool use of this session (a permanent 400 otherwise). */
-async function checkAnswers(c: Context<AppEnv>, sessionId: string, events: readonly EventParam[]): Promise<void> {
+/**
+ * Each tool result/confirmation must answer a tool use of this session (a
+ * permanent 400 otherwise). Returns, by event index, the thread of the tool
+ * use it answers: the answer goes to that thread's log, so a subagent's
+ * custom tool result or confirmation resumes the subagent (ADR 0024).
+ */
+async function checkAnswers(c: Context<AppEnv>, sessionId: string, events: readonly EventParam[]): Promise<Map<number, string | null>> {
   const refs = events.flatMap((e, i) => {
     const rule = ANSWERS[e.type];
     return rule ? [{ i, rule, id: String((e as Record<string, unknown>)[rule.field]) }] : [];
   });
-  if (refs.length === 0) return;
+  const threads = new Map<number, string | null>();
+  if (refs.length === 0) return threads;
   const rows = await c
     .get("deps")
     .storage.db.selectFrom("session_events")
-    .select(["id", "type"])
+    .select(["id", "type", "thread_id"])
     .where("session_id", "=", sessionId)
     .where(
       "id",
@@ -117,14 +124,23 @@ async function checkAnswers(c: Context<AppEnv>, sessionId: string, events: reado
       refs.map((r) => r.id),
     )
     .execute();
-  const typeOf = new Map(rows.map((r) => [r.id, r.type]));
+  const byId = new Map(rows.map((r) => [r.id, r]));
   for (const ref of refs) {
-    if (!ref.rule.types.includes(typeOf.get(ref.id) ?? "")) {
+    const use = byId.get(ref.id);
+    if (!use || !ref.rule.types.includes(use.type)) {
       throw badRequest(
         `events[${ref.i}].${ref.rule.field}: no ${ref.rule.types.join(" or ")} event ${JSON.stringify(ref.id)} in this session`,
       );
     }
+    threads.set(ref.i, use.thread_id ?? null);
   }
+  return threads;
+}
+
+/** An answer routed to a subagent's thread says so (`session_thread_id`, as the SDK's event types document); the primary's does not. */
+function routed(draft: EventDraft, threadId: string | null | undefined): EventDraft {
+  if (!threadId) return draft;
+  return { ...draft, fields: { ...draft.fields, session_thread_id: threadId }, threadId };
 }
 
 async function sendEvents(c: Context<AppEnv>, sessionId: string) {
@@ -144,9 +160,9 @@ async function sendEvents(c: Context<AppEnv>, sessionId: string) {
   if (toolResult >= 0 && !selfHosted) {
     throw badRequest(`events[${toolResult}]: user.tool_result is accepted only on sessions of self_hosted environments`);
   }
-  await checkAnswers(c, sessionId, input.events);
+  const answered = await checkAnswers(c, sessionId, input.events);
   await checkRubricFiles(db, input.events, "events");
-  const drafts = input.events.map((e) => draftFromParam(e, deps.ids));
+  const drafts = input.events.map((e, i) => routed(draftFromParam(e, deps.ids), answered.get(i)));
   const appendStarted = performance.now();
   const result = await db.transaction().execute(async (trx) => {
     const appended = await appendEvents(deps, sessionId, drafts, { trx });
@@ -239,7 +255,7 @@ export async function streamEvents(c: Context<AppEnv>, sessionId: string, thread
   const credential = requireCredential(c, "api_key", "environment_key", "sessions_token");
   const q = parseQuery(c, eventStreamQuery);
   // Previews (§5.7) only for the types this connection asked for; they carry no SSE id, so a resume replays the log alone.
-  const previews = new PreviewFilter(q.event_deltas ?? []);
+  const previews = new PreviewFilter(q.event_deltas ?? [], thread);
   const afterId = c.req.header("last-event-id")?.trim() || q.after_id;
   if (afterId && afterId.length > 256) throw badRequest("Last-Event-ID: must be at most 256 characters");
   const deps = c.get("deps");

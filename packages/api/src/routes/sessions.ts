@@ -38,6 +38,7 @@ import {
 } from "../schemas/session.ts";
 import { loadActivities, loadActivity, NEVER_RAN, withActivity } from "../session-activity.ts";
 import { ensureSessionWork, stopSessionWork } from "../session-work.ts";
+import { threadsTerminated } from "../thread-lifecycle.ts";
 import { limitBody, MB } from "../uploads.ts";
 import { fromJson, nowIso, pathId } from "../util.ts";
 import { parseJsonBody, parseQuery } from "../validate.ts";
@@ -454,7 +455,8 @@ async function archiveSession(c: Context<AppEnv>, id: string): Promise<Session> 
       .execute();
     const terminate: EventDraft = { type: "session.status_terminated", fields: {}, dedupeKey: null };
     const appended = current.status !== "terminated";
-    if (appended) await appendEvents(deps, id, [terminate], { trx });
+    // Its live threads end first, then the session (the primary thread) itself.
+    if (appended) await appendEvents(deps, id, [...(await threadsTerminated(trx, id)), terminate], { trx });
     await stopSessionWork(trx, deps, id, { force: false });
     return { session: archived, appended };
   });

@@ -14,9 +14,13 @@
  *   sum of the increases of its own snapshots, and the threads' usages add
  *   up to the session's exactly;
  * - stats: running time from the thread's status events, duration since it
- *   was created.
+ *   was created;
+ * - list_cost: the thread's usage priced on its own agent's model (absent
+ *   when that model has no list price). Rounded up to the cent per thread, so
+ *   the threads' costs need not add up to the session's exactly, as the SDK
+ *   documents; the session's figure is the authoritative one.
  */
-import { type BillableUsage, billableUsageOf } from "@openma/pricing";
+import { type BillableUsage, billableUsageOf, buildPriceTable, listCost, type PriceTable } from "@openma/pricing";
 import type { Database, SessionThreadRow } from "@openma/storage";
 import type { Context } from "hono";
 import { Hono } from "hono";
@@ -48,6 +52,14 @@ const THREAD_STATUS: Record<string, Status> = {
 };
 
 type Usage = BillableUsage;
+
+const PUBLIC_PRICES: PriceTable = buildPriceTable();
+
+/** The model id of a thread's agent snapshot (stored as `{ id, speed }`; a bare string from older rows). */
+function modelOf(agent: Record<string, unknown>): string {
+  const model = agent.model as { id?: unknown } | string | undefined;
+  return typeof model === "string" ? model : typeof model?.id === "string" ? model.id : "";
+}
 
 const zeroUsage = (): Usage => billableUsageOf(undefined);
 
@@ -108,8 +120,11 @@ interface ThreadBody {
   agent: Record<string, unknown>;
 }
 
-function present(row: SessionThreadRow, folded: Folded, sessionStatus: string, nowMs: number) {
+function present(row: SessionThreadRow, folded: Folded, sessionStatus: string, nowMs: number, prices: PriceTable) {
   const key = row.parent_thread_id === null ? null : row.id;
+  const agent = fromJson<ThreadBody>(row.body).agent;
+  const usage = folded.usage.get(key) ?? zeroUsage();
+  const cost = listCost(prices, modelOf(agent), usage);
   const activeSeconds = Math.round(folded.activeMs.get(key) ?? 0) / 1000;
   const status = key === null ? (sessionStatus as Status) : (folded.status.get(key) ?? "idle");
   return {
@@ -119,8 +134,8 @@ function present(row: SessionThreadRow, folded: Folded, sessionStatus: string, n
     parent_thread_id: row.parent_thread_id,
     workflow_run_id: null,
     status,
-    agent: fromJson<ThreadBody>(row.body).agent,
-    usage: { ...(folded.usage.get(key) ?? zeroUsage()), active_seconds: activeSeconds },
+    agent,
+    usage: { ...usage, ...(cost ? { list_cost: cost } : {}), active_seconds: activeSeconds },
     stats: { active_seconds: activeSeconds, duration_seconds: Math.max(0, Math.round(nowMs - Date.parse(row.created_at)) / 1000) },
     created_at: row.created_at,
     updated_at: row.archived_at ?? row.created_at,
@@ -154,7 +169,7 @@ async function loadThread(c: Context<AppEnv>, sessionId: string, threadId: strin
 async function presentOne(c: Context<AppEnv>, row: SessionThreadRow, sessionStatus: string) {
   const deps = c.get("deps");
   const now = deps.clock.now();
-  return present(row, await fold(deps.storage.db, row.session_id, now), sessionStatus, now);
+  return present(row, await fold(deps.storage.db, row.session_id, now), sessionStatus, now, deps.prices ?? PUBLIC_PRICES);
 }
 
 /** The thread filter of the event routes: null for the primary thread's events. */
@@ -173,7 +188,9 @@ export function threadRoutes(): Hono<AppEnv> {
     const deps = c.get("deps");
     const now = deps.clock.now();
     const folded = await fold(deps.storage.db, sessionId, now);
-    let all = (await threadRows(deps.storage.db, sessionId)).map((row) => present(row, folded, session.status, now));
+    let all = (await threadRows(deps.storage.db, sessionId)).map((row) =>
+      present(row, folded, session.status, now, deps.prices ?? PUBLIC_PRICES),
+    );
     if (q.statuses?.length) all = all.filter((t) => q.statuses?.includes(t.status));
     let start = 0;
     if (cursor) {
