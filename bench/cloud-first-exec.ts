@@ -2,7 +2,7 @@
  * Session create → first tool result on each cloud driver, against the same
  * vendor stand-in driven directly through the vendor's SDK:
  * `npx tsx bench/cloud-first-exec.ts [runs=10]` (env `BENCH_WARMUP`,
- * default 2; `BENCH_VENDORS=e2b,daytona,sprites,blaxel,vercel,modal,superserve,boxrun,cloudflare-bridge`). Needs Docker with the
+ * default 2; `BENCH_VENDORS=e2b,daytona,sprites,blaxel,vercel,modal,superserve,boxrun,cloudflare-bridge,cloudflare`). Needs Docker with the
  * sandbox images (the stand-ins run real containers).
  *
  * Per vendor it starts the stand-in in this process and a real `openma
@@ -24,7 +24,8 @@
  *         it, BoxLite's REST client `create` + `exec` and its `wait`; for
  *         the Cloudflare bridge, which has no official Node client, our
  *         typed client of its OpenAPI document: `POST /v1/sandbox` + an
- *         exec of `true`); the removal that follows is not counted.
+ *         exec of `true`, and for our Worker the same with its egress
+ *         route in between); the removal that follows is not counted.
  *
  * The ratio host / sdk is what OpenMA adds on top of the provider's own
  * create + exec (the agent loop, the driver's ownership labels, directory
@@ -50,6 +51,17 @@ import { ModalClient } from "modal";
 import { startServeProcess } from "../test/support/child-server.ts";
 import { startVendorStandIn, VENDORS, type Vendor } from "../test/support/cloud.ts";
 import { createBenchAgent, MODEL_KEY, measuredRuns, SCRIPT, sessionOnce, summary } from "./session-first-exec.ts";
+
+/** Our Worker's egress route with nothing allowed and no credential (what the driver sends when given no egress). */
+async function putEgress(url: string, apiKey: string, id: string): Promise<void> {
+  const response = await fetch(`${url}/openma/v1/sandbox/${id}/egress`, {
+    method: "PUT",
+    headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
+    body: JSON.stringify({ networking: { type: "limited", allowed_hosts: [] }, credentials: [] }),
+    signal: AbortSignal.timeout(120_000),
+  });
+  if (!response.ok) throw new Error(`the Worker's egress route answered ${response.status}`);
+}
 
 /** One create + exec through the vendor's SDK; resolves with the timed ms and a cleanup (not timed). */
 async function sdkOnce(vendor: Vendor, standIn: CloudStandIn): Promise<{ ms: number; cleanup: () => Promise<unknown> }> {
@@ -93,9 +105,12 @@ async function sdkOnce(vendor: Vendor, standIn: CloudStandIn): Promise<{ ms: num
     await (await box.exec("true", [], null, false, null, null, null)).wait();
     return { ms: performance.now() - t0, cleanup: () => runtime.remove(box.id, true) };
   }
-  if (vendor === "cloudflare-bridge") {
-    const bridge = createBridgeClient({ url: env.CLOUDFLARE_BRIDGE_URL as string, apiKey: env.SANDBOX_API_KEY as string });
+  if (vendor === "cloudflare-bridge" || vendor === "cloudflare") {
+    const url = (vendor === "cloudflare" ? env.CLOUDFLARE_WORKER_URL : env.CLOUDFLARE_BRIDGE_URL) as string;
+    const bridge = createBridgeClient({ url, apiKey: env.SANDBOX_API_KEY as string });
     const id = await bridge.create(AbortSignal.timeout(120_000));
+    // Our Worker lets nothing out of a sandbox until its egress is stored: by hand, as docs/cloudflare-worker.md says.
+    if (vendor === "cloudflare") await putEgress(url, env.SANDBOX_API_KEY as string, id);
     const end = await bridge.exec(id, { argv: ["true"] }, { signal: AbortSignal.timeout(120_000), onOutput: () => {} });
     if (end.type !== "exit" || end.exitCode !== 0) throw new Error(`the bridge's exec of true ended ${JSON.stringify(end)}`);
     return { ms: performance.now() - t0, cleanup: () => bridge.destroy(id, AbortSignal.timeout(120_000)) };

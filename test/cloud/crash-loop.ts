@@ -21,6 +21,11 @@ export function describeCloudCrashLoop(vendor: Vendor, kills = 10): void {
     },
     env: () => ({ OPENMA_SANDBOX: vendor, ...(standIn?.env ?? {}) }),
     live: async () => standIn?.live() ?? Number.NaN,
+    inventory: async () => ({
+      boxes: standIn?.boxes.all().map((b) => ({ id: b.id, state: b.state })),
+      // The bridge's books: the sandbox ids that have a container.
+      ids: standIn !== null && "assigned" in standIn ? (standIn as CloudStandIn & { assigned(): string[] }).assigned() : undefined,
+    }),
     async teardown() {
       await standIn?.close();
     },

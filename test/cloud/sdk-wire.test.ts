@@ -44,6 +44,11 @@
  *   /v1/sandbox/{id}/exec`, `DELETE /v1/sandbox/{id}`. An id's container is
  *   assigned on its first request, so an acquire is three execs at the id
  *   it derives (the ownership look-up, the record's write, the mount points).
+ * - Cloudflare (our Worker, docs/cloudflare-worker.md): the same bridge
+ *   routes and Bearer, plus the Worker's own `PUT
+ *   /openma/v1/sandbox/{id}/egress` once per acquire, before any command of
+ *   the session; the placeholders it answers are written outside
+ *   /workspace (an upload and a move), so an acquire is four execs.
  */
 import type { CloudStandIn, RecordedRequest } from "@openma/standin-kit";
 import { afterEach, describe, expect, it } from "vitest";
@@ -130,6 +135,14 @@ const DOCUMENTED: Record<Vendor, Documented & { execAuth?: string }> = {
     userAgent: null,
     creates: 3,
   },
+  cloudflare: {
+    auth: "authorization",
+    create: { method: "POST", path: /^\/v1\/sandbox\/[a-z2-7]{26}\/exec$/ },
+    exec: { method: "POST", path: /^\/v1\/sandbox\/[a-z2-7]{26}\/exec$/ },
+    kill: { method: "DELETE", path: /^\/v1\/sandbox\/[a-z2-7]{26}$/ },
+    userAgent: null,
+    creates: 4,
+  },
 };
 
 const never = () => new AbortController().signal;
@@ -187,6 +200,13 @@ describe.each(VENDORS)("the official %s SDK on the wire", (vendor) => {
           expect.arrayContaining(["x-modal-token-secret", "x-modal-auth-token", "x-modal-client-version"]),
         );
     if (vendor === "boxrun") for (const request of kills) expect(request.query).toMatch(/[?&]force=true(&|$)/);
+    if (vendor === "cloudflare") {
+      // The Worker's egress route, once, with the Bearer, before the mount points' exec (the acquire's last command).
+      const egress = matching(requests.slice(0, createdAt), { method: "PUT", path: /^\/openma\/v1\/sandbox\/[a-z2-7]{26}\/egress$/ });
+      expect(egress).toHaveLength(1);
+      expect(egress[0]).toMatchObject({ authHeader: "authorization", authorized: true });
+      expect(requests.indexOf(egress[0] as RecordedRequest)).toBeLessThan(requests.indexOf(created.at(-1) as RecordedRequest));
+    }
     if (documented.userAgent) for (const request of [...created, ...kills]) expect(request.userAgent).toMatch(documented.userAgent);
 
     // Nothing the SDK sent was refused, and nothing was left behind.

@@ -2,10 +2,18 @@
  * The cloud drivers under test: each vendor's stand-in (its official SDK's
  * wire protocol, real local containers behind it) and the driver pointed at
  * it through the vendor's own variables, exactly as `openma` configures it.
+ *
+ * `cloudflare` is our Worker: the bridge stand-in plus the Worker's egress
+ * route (the route's body and placeholders are the Worker's own code; the
+ * stand-in stores the egress and enforces nothing, ADR 0019). Its driver
+ * here gets no egress options, so every runtime is configured with nothing
+ * allowed and no credential, as the driver fails closed; enforcement is
+ * tested against the real Worker in workerd (test/cloud/cloudflare-*egress.test.ts).
  */
 
 import { blaxelConfigFromEnv, createBlaxelDriver } from "@openma/driver-blaxel";
 import { boxRunConfigFromEnv, createBoxRunDriver } from "@openma/driver-boxrun";
+import { cloudflareConfigFromEnv, createCloudflareDriver } from "@openma/driver-cloudflare";
 import { cloudflareBridgeConfigFromEnv, createCloudflareBridgeDriver } from "@openma/driver-cloudflare-bridge";
 import { createDaytonaDriver, daytonaConfigFromEnv } from "@openma/driver-daytona";
 import { createE2BDriver, e2bConfigFromEnv } from "@openma/driver-e2b";
@@ -16,7 +24,7 @@ import { createSuperserveDriver, superserveConfigFromEnv } from "@openma/driver-
 import { createVercelDriver, vercelConfigFromEnv } from "@openma/driver-vercel";
 import { startBlaxelStandIn } from "@openma/standin-blaxel";
 import { startBoxRunStandIn } from "@openma/standin-boxrun";
-import { startCloudflareBridgeStandIn } from "@openma/standin-cloudflare-bridge";
+import { startCloudflareBridgeStandIn, startCloudflareWorkerStandIn } from "@openma/standin-cloudflare-bridge";
 import { startDaytonaStandIn } from "@openma/standin-daytona";
 import { startE2BStandIn } from "@openma/standin-e2b";
 import type { CloudStandIn } from "@openma/standin-kit";
@@ -25,7 +33,18 @@ import { startSpritesStandIn } from "@openma/standin-sprites";
 import { startSuperserveStandIn } from "@openma/standin-superserve";
 import { startVercelStandIn } from "@openma/standin-vercel";
 
-export const VENDORS = ["e2b", "daytona", "sprites", "blaxel", "vercel", "modal", "superserve", "boxrun", "cloudflare-bridge"] as const;
+export const VENDORS = [
+  "e2b",
+  "daytona",
+  "sprites",
+  "blaxel",
+  "vercel",
+  "modal",
+  "superserve",
+  "boxrun",
+  "cloudflare-bridge",
+  "cloudflare",
+] as const;
 export type Vendor = (typeof VENDORS)[number];
 
 export function startVendorStandIn(vendor: Vendor): Promise<CloudStandIn> {
@@ -48,6 +67,8 @@ export function startVendorStandIn(vendor: Vendor): Promise<CloudStandIn> {
       return startBoxRunStandIn();
     case "cloudflare-bridge":
       return startCloudflareBridgeStandIn();
+    case "cloudflare":
+      return startCloudflareWorkerStandIn();
   }
 }
 
@@ -79,5 +100,7 @@ export function vendorDriver(vendor: Vendor, standIn: CloudStandIn, options: Rem
       return createBoxRunDriver(configured(boxRunConfigFromEnv(env)), options);
     case "cloudflare-bridge":
       return createCloudflareBridgeDriver(configured(cloudflareBridgeConfigFromEnv(env)), options);
+    case "cloudflare":
+      return createCloudflareDriver(configured(cloudflareConfigFromEnv(env)), options);
   }
 }

@@ -51,6 +51,8 @@ export interface CrashLoopTarget {
   env(): Record<string, string>;
   /** Live sandboxes of this deployment, counted where they live, never from our own records. */
   live(deployment: string): Promise<number>;
+  /** What the engine or stand-in holds, for a failure's message. */
+  inventory?(): Promise<unknown>;
   teardown?(): Promise<void>;
   /** Seeds the kill points, so every run of this driver kills at the same points. */
   seed: number;
@@ -169,7 +171,11 @@ export function describeCrashLoop(driver: string, target: CrashLoopTarget): void
           .map((r) => (JSON.parse(r.body) as { tool_use_id: string }).tool_use_id);
         expect(new Set(uses).size).toBe(uses.length);
         // The tool really ran in the session's sandbox (not refused): its output is in a result.
-        expect(log.filter((r) => r.type === "agent.tool_result").some((r) => r.body.includes("tool-ran"))).toBe(true);
+        const toolResults = log.filter((r) => r.type === "agent.tool_result");
+        expect(
+          toolResults.some((r) => r.body.includes("tool-ran")),
+          `no tool ran in ${id}: ${toolResults.map((r) => r.body).join("\n")}`,
+        ).toBe(true);
         expect([...results].sort()).toEqual([...uses].sort());
       }
       expect([...sent.values()].reduce((a, b) => a + b, 0)).toBeGreaterThanOrEqual(SESSIONS);
@@ -185,7 +191,24 @@ export function describeCrashLoop(driver: string, target: CrashLoopTarget): void
               .executeTakeFirstOrThrow()
           ).n,
         );
-      await until(async () => (await liveAtEngine()) === (await holding()), "the reaper to end the dead servers' sandboxes");
+      await until(async () => (await liveAtEngine()) === (await holding()), "the reaper to end the dead servers' sandboxes").catch(
+        async (err: Error) => {
+          const records = await store.storage.db
+            .selectFrom("sandbox_owners")
+            .select(["session_id", "provider_id", "lease_expires_at_ms", "idle_deadline_at_ms", "deployment"])
+            .execute();
+          const now = Date.now();
+          throw new Error(
+            `${err.message}: ${await liveAtEngine()} live, ${await holding()} holding; records ${JSON.stringify(
+              records.map((r) => ({
+                ...r,
+                lease_in_ms: Number(r.lease_expires_at_ms) - now,
+                idle_in_ms: Number(r.idle_deadline_at_ms) - now,
+              })),
+            )}; at the engine ${JSON.stringify(await target.inventory?.())}\nthe servers' last output:\n${s.logs().slice(-4000)}`,
+          );
+        },
+      );
       expect(await holding()).toBeLessThanOrEqual(SESSIONS);
 
       for (const id of ids) await s.client.beta.sessions.archive(id);

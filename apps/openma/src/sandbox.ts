@@ -481,17 +481,28 @@ export function sessionSandboxes(
     if (warm !== null) return warm;
     // The record comes first: no sandbox of this lane ever exists without an owner record naming it.
     const owner = (await ownership?.claim(scope, backend.sandbox.capabilities.provider, idleMs)) ?? null;
+    const attempt = { planned: false };
+    // A refused acquire leaves no runtime, except where the record named one before it existed: a provider
+    // whose asking may already start one (the Cloudflare bridge assigns a container to an id on its first
+    // request, and an acquire aborted after that look-up made it). Such a record's lease lapses now, so the
+    // reaper reaps by it before deleting the record, as for a sandbox that could not be killed.
+    const end = () => (attempt.planned ? owner?.abandon() : owner?.release());
     try {
-      const held = await start(request, scope, owner);
-      if ("reason" in held) await owner?.release();
+      const held = await start(request, scope, owner, attempt);
+      if ("reason" in held) await end();
       return held;
     } catch (err) {
-      await owner?.release().catch(() => {});
+      await end()?.catch(() => {});
       throw err;
     }
   };
 
-  const start = async (request: SandboxRequest, scope: RuntimeResourceScope, owner: OwnerHandle | null): Promise<Held | Refusal> => {
+  const start = async (
+    request: SandboxRequest,
+    scope: RuntimeResourceScope,
+    owner: OwnerHandle | null,
+    attempt: { planned: boolean },
+  ): Promise<Held | Refusal> => {
     const fence: FenceIdentity = {
       scope,
       ownerId: owner?.id ?? `serve-${boot}-${++acquisitions}`,
@@ -505,8 +516,11 @@ export function sessionSandboxes(
     const sandbox = prepared.sandbox ?? backend.sandbox;
     // A provider the reaper cannot list (the Cloudflare bridge): the record names the runtime before it exists (ADR 0028).
     const planned = plannedLeaseOf(sandbox, { scope, fence, idempotencyKey: fence.ownerId });
-    if (owner !== null && planned !== null && !(await owner.attach(planned)))
-      return { reason: `the session's ${backend.name} sandbox lost its owner record while starting; the next tool call starts another` };
+    if (owner !== null && planned !== null) {
+      if (!(await owner.attach(planned)))
+        return { reason: `the session's ${backend.name} sandbox lost its owner record while starting; the next tool call starts another` };
+      attempt.planned = true;
+    }
     const result = await sandbox.acquire({
       scope,
       fence,

@@ -191,6 +191,26 @@ describe.each(BACKENDS)("SandboxReaper on %s", (dialect) => {
     expect(reports).toHaveLength(1);
   });
 
+  it("reaps a stale record's unlisted runtime before deleting the record, so a reaper killed in between leaves it for the next", async () => {
+    const { sandbox, claim, ownership, orphans, driver, scheduler } = setup();
+    await claim("sbo_unlisted");
+    // Started but never listed: a provider that cannot list (the Cloudflare bridge) knows it only by the record's lease.
+    const unlisted = sandbox.start();
+    await ownership.attach({ id: "sbo_unlisted", lease: unlisted, signal });
+    await ownership.abandon({ id: "sbo_unlisted", signal });
+    const states: (string | undefined)[] = [];
+    const watched = delegate(ownership, {
+      takeOver: async (input) => {
+        states.push(sandbox.runtimes.get(unlisted.runtimeId));
+        return ownership.takeOver(input);
+      },
+    });
+    const reaper = new SandboxReaper({ sandbox, ownership: watched, orphans, deployment, driver, scheduler, intervalMs: 1_000 });
+    expect(await reaper.reapOnce()).toMatchObject({ listed: 0, cleared: 1 });
+    expect(states).toEqual(["stopped"]);
+    expect(await ownership.get({ ids: ["sbo_unlisted"], signal })).toEqual([]);
+  });
+
   it("skips a stale record another reaper took first", async () => {
     const { sandbox, claim, ownership, orphans, driver, scheduler } = setup();
     await claim("sbo_contended");

@@ -114,9 +114,14 @@ export class SandboxReaper {
 
     const seen = new Set(ownerIds);
     for (const record of await ownership.listStale({ deployment, driver, limit: this.#options.staleLimit ?? 100, signal })) {
-      if (seen.has(record.id) || (await ownership.takeOver({ id: record.id, signal })) !== "taken") continue;
-      // Not listed, but the record knew its lease: reap by lease anyway (a listing that lagged the acquire).
+      if (seen.has(record.id)) continue;
+      // Not listed, but the record knew its lease: reap by lease (a listing that lagged the acquire, or a
+      // provider that cannot list). Reaped BEFORE the record goes: a reaper killed in between leaves the
+      // record for the next pass, where deleting it first would leave a runtime no listing can find (the
+      // Cloudflare bridge). A stale record never turns live again (renew and touch only move live ones),
+      // so no owner can be using it; a second reaper racing here reaps an already-gone runtime, harmlessly.
       if (record.lease !== null) await this.#reap(record.scope, 1, record.lease, signal);
+      if ((await ownership.takeOver({ id: record.id, signal })) !== "taken") continue;
       report.cleared += 1;
     }
 

@@ -86,14 +86,26 @@ async function startStandIn(options: StandInOptions, worker: boolean): Promise<C
   /** Sandbox id → its container, as the warm pool assigns them (a pending assignment is shared). */
   const assignments = new Map<string, Promise<Box>>();
 
-  const assign = (id: string): Promise<Box> => {
-    let held = assignments.get(id);
-    if (held === undefined) {
-      held = boxes.create("cfb-");
-      assignments.set(id, held);
-      held.catch(() => assignments.delete(id));
+  /**
+   * The id's container, assigning one when it has none or its container went away. The check and the
+   * assignment are one synchronous step, so concurrent first requests of an id share one container (as the
+   * pool's Durable Object serializes them); a stale assignment is replaced only while it is still the one seen.
+   */
+  const assign = async (id: string): Promise<Box> => {
+    for (;;) {
+      const held = assignments.get(id);
+      if (held === undefined) {
+        const made = boxes.create("cfb-");
+        assignments.set(id, made);
+        made.catch(() => {
+          if (assignments.get(id) === made) assignments.delete(id);
+        });
+        return made;
+      }
+      const box = await held.catch(() => undefined);
+      if (box && boxes.get(box.id)) return box;
+      if (assignments.get(id) === held) assignments.delete(id);
     }
-    return held;
   };
   /** The container an id has now, if any (a destroyed one is forgotten). */
   const current = async (id: string): Promise<Box | undefined> => {
@@ -104,8 +116,10 @@ async function startStandIn(options: StandInOptions, worker: boolean): Promise<C
   /** Our Worker keeps a sandbox's egress in its container's Durable Object: it goes with the container. */
   const egress = new Map<string, StoredEgress>();
   const release = async (id: string) => {
+    const held = assignments.get(id);
     const box = await current(id);
-    assignments.delete(id);
+    // Forgotten only if no request assigned the id a new container meanwhile; the egress goes either way (fail closed).
+    if (assignments.get(id) === held) assignments.delete(id);
     egress.delete(id);
     if (box) await boxes.destroy(box);
   };
@@ -169,7 +183,6 @@ async function startStandIn(options: StandInOptions, worker: boolean): Promise<C
       // Assigning a container is where the bridge's pool fails (capacity, a start that does not come up): a create fault.
       const failed = await play(c, faults.take("create"), id);
       if (failed) return failed;
-      assignments.delete(id);
       return await assign(id);
     } catch (err) {
       return errorJson(c, 502, "pool_error", `pool error: ${err instanceof Error ? err.message : String(err)}`);
