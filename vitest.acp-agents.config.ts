@@ -1,9 +1,10 @@
 import { defineConfig } from "vitest/config";
 
 /**
- * Real ACP agents beyond the default run's Codex (Gemini CLI, Claude Code):
- * each installs its release once into the agent cache (Claude Code is ~400 MB)
- * and takes about a minute, so they stay out of `npm test`.
+ * Real ACP agents beyond the default run's Codex (Gemini CLI, Claude Code,
+ * OpenCode, Qwen Code, pi-acp, Copilot CLI): each installs its release once
+ * into the agent cache (100-400 MB each) and takes one to several minutes,
+ * so they stay out of `npm test`.
  * `npm run test:integration:acp` runs them with the default ACP tests.
  */
 export default defineConfig({

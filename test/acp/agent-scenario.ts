@@ -13,40 +13,25 @@
  */
 import { cp, rm } from "node:fs/promises";
 import { join } from "node:path";
-import {
-  type AcpAgentRelease,
-  AcpSessionRunner,
-  type AcpStateBinding,
-  type AcpStatePort,
-  type CanonicalEvent,
-  ensureAgentRelease,
-  sandboxSpawn,
-  toolSandboxStatePort,
-} from "@openma/acp";
+import { AcpSessionRunner, type CanonicalEvent, ensureAgentRelease, sandboxSpawn, toolSandboxStatePort } from "@openma/acp";
 import { BubblewrapSandbox, bubblewrapProcesses } from "@openma/driver-bubblewrap";
 import { acquire, assertBwrapInstalled, scratch } from "@openma/driver-bubblewrap/test-support";
-import { GATEWAY_FORWARDER_DIR, GATEWAY_FORWARDER_SCRIPT, type ModelKeyStyle, openModelGateway } from "@openma/model-gateway";
+import { GATEWAY_FORWARDER_DIR, GATEWAY_FORWARDER_SCRIPT, openModelGateway } from "@openma/model-gateway";
 import { type ScriptedModel, startScriptedModel } from "@openma/scripted-model";
 import { expect } from "vitest";
+import { type AgentSetup, agentLaunch, type ModelEndpoint, modernNodeHostDir } from "./agents.ts";
 
 export const REAL_KEY = "sk-real-model-key-e2e";
 export const PLACEHOLDER = "openma-placeholder";
 export const GATEWAY_PORT = 18080;
+/** Where a release that needs a newer Node than the sandbox's finds one (ours, bound read-only). */
+const MODERN_NODE_DIR = "/openma/node/bin";
 const SESSION = "sesn_acp_e2e";
 
-export interface AgentScenario {
-  release: AcpAgentRelease;
-  /** The profile directory under the durable namespace (`codex`, `gemini`). */
-  profile: string;
-  keyStyle: ModelKeyStyle;
-  env: Record<string, string>;
-  configure?: (binding: AcpStateBinding, state: AcpStatePort) => Promise<void>;
-  /** Extra side rules for the agent's auxiliary requests. */
-  sideRules?: unknown[];
-  expectedContinue: "resume" | "load";
-  /** The agent returns PromptResponse.usage (Claude Code does; Codex and Gemini CLI do not). */
-  reportsUsage?: boolean;
-}
+/** One agent's setup as it sees the model from inside the sandbox: through the gateway, with a placeholder key. */
+export type AgentScenario = AgentSetup;
+
+export const SANDBOX_MODEL: ModelEndpoint = { origin: `http://127.0.0.1:${GATEWAY_PORT}`, key: PLACEHOLDER };
 
 const SCRIPT = [
   // First: the recovery prompt quotes every earlier request, so its turn must win over theirs.
@@ -70,6 +55,7 @@ export async function runAgentScenario(s: AgentScenario): Promise<void> {
       { source: agentDir, target: "/openma/agent", writable: false },
       { source: join(root, "gateway"), target: "/openma/gateway", writable: false },
       { source: GATEWAY_FORWARDER_DIR, target: "/openma/gateway-bin", writable: false },
+      ...(s.release.nodeMajor ? [{ source: modernNodeHostDir(), target: MODERN_NODE_DIR, writable: false }] : []),
     ],
   });
   model = await startScriptedModel({
@@ -114,14 +100,14 @@ export async function runAgentScenario(s: AgentScenario): Promise<void> {
     });
     if (fwd.type !== "started") throw new Error(fwd.message);
     await listening;
-    const bin = `/openma/agent/${s.release.bin}`;
+    const launch = agentLaunch(s.release, { agentDir: "/openma/agent", nodeDir: MODERN_NODE_DIR });
     const runner = new AcpSessionRunner({
       sessionId: SESSION,
       agent: {
         id: s.release.id,
-        command: s.release.node ? "node" : bin,
-        args: s.release.node ? [bin, ...s.release.args] : [...s.release.args],
-        env: { TMPDIR: "/tmp", HOME: "/tmp", ...s.env },
+        command: launch.command,
+        args: launch.args,
+        env: { TMPDIR: "/tmp", HOME: "/tmp", PATH: launch.path, ...s.env },
       },
       spawn: sandboxSpawn(processes, acquired.lease),
       state: toolSandboxStatePort(driver.toolSandbox(acquired.lease)),

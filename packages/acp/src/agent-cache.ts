@@ -23,6 +23,10 @@ export interface AcpAgentRelease {
   args: readonly string[];
   /** Whether `bin` is a JS file to run with node (else an executable). */
   node: boolean;
+  /** Node major version the agent needs at least (when `node`, or for the programs it spawns). */
+  nodeMajor?: number;
+  /** Further packages (`name@version`) installed into the same prefix: a program the agent spawns. */
+  with?: readonly string[];
 }
 
 /** Releases we know how to run; an agent or environment may pin another version of the same package. */
@@ -50,6 +54,44 @@ export const KNOWN_AGENT_RELEASES: readonly AcpAgentRelease[] = [
     bin: "node_modules/@agentclientprotocol/claude-agent-acp/dist/index.js",
     args: [],
     node: true,
+  },
+  {
+    // A native (Bun-compiled) binary through optionalDependencies; its postinstall only links it.
+    id: "opencode",
+    package: "opencode-ai",
+    version: "1.18.33",
+    bin: "node_modules/opencode-linux-x64/bin/opencode",
+    args: ["acp"],
+    node: false,
+  },
+  {
+    id: "qwen-code",
+    package: "@qwen-code/qwen-code",
+    version: "0.24.4",
+    bin: "node_modules/@qwen-code/qwen-code/cli-entry.js",
+    args: ["--acp"],
+    node: true,
+    nodeMajor: 22,
+  },
+  {
+    // pi-acp spawns `pi --mode rpc` from PATH; pi needs Node 22.19 or later.
+    id: "pi-acp",
+    package: "pi-acp",
+    version: "0.0.34",
+    bin: "node_modules/pi-acp/dist/index.js",
+    args: [],
+    node: true,
+    nodeMajor: 22,
+    with: ["@earendil-works/pi-coding-agent@1.6.0"],
+  },
+  {
+    // The npm loader only picks the platform package's native binary; run that directly.
+    id: "copilot",
+    package: "@github/copilot",
+    version: "1.0.102",
+    bin: "node_modules/@github/copilot-linux-x64/copilot",
+    args: ["--acp", "--stdio"],
+    node: false,
   },
 ];
 
@@ -101,7 +143,15 @@ export async function ensureAgentRelease(release: AcpAgentRelease, cacheRoot = a
   await new Promise<void>((resolve, reject) => {
     execFile(
       "npm",
-      ["install", "--no-audit", "--no-fund", "--ignore-scripts", "--save-exact", `${release.package}@${release.version}`],
+      [
+        "install",
+        "--no-audit",
+        "--no-fund",
+        "--ignore-scripts",
+        "--save-exact",
+        `${release.package}@${release.version}`,
+        ...(release.with ?? []),
+      ],
       { cwd: scratch, maxBuffer: 16 * 1024 * 1024 },
       (error, _stdout, stderr) =>
         error ? reject(new Error(`npm install ${release.package}@${release.version} failed: ${stderr.slice(-2000)}`)) : resolve(),

@@ -46,7 +46,7 @@ export interface AcpProfile {
 
 const dir = (path: string, requiredForResume = true): AcpArtifactDecl => ({ path, kind: "directory", requiredForResume });
 const file = (path: string): AcpArtifactDecl => ({ path, kind: "file", requiredForResume: true });
-const sqlite = (path: string): AcpArtifactDecl => ({ path, kind: "sqlite", requiredForResume: true });
+const sqlite = (path: string, requiredForResume = true): AcpArtifactDecl => ({ path, kind: "sqlite", requiredForResume });
 
 const XDG = { XDG_DATA_HOME: "xdg-data", XDG_STATE_HOME: "xdg-state" } as const;
 
@@ -113,7 +113,10 @@ export const ACP_PROFILES: readonly AcpProfile[] = [
     provenance: "harbor",
     matches: ["github-copilot-cli", "copilot"],
     env: { HOME: "home" },
-    artifacts: [dir("home/.copilot/session-state"), sqlite("home/.copilot/session-store.db")],
+    // Copilot CLI 1.0.102 keeps a session in session-state/<id>/ (events.jsonl,
+    // workspace.yaml) and resumes from it alone; it did not create
+    // session-store.db here, so that database is captured when present only.
+    artifacts: [dir("home/.copilot/session-state"), sqlite("home/.copilot/session-store.db", false)],
     resume: "native-and-acp",
   },
   {

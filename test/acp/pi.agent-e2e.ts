@@ -1,0 +1,10 @@
+/** pi-acp (driving `pi --mode rpc`, on Node 24) over ACP: see agent-scenario.ts; its setup is in agents.ts. */
+import { describe, it } from "vitest";
+import { runAgentScenario, SANDBOX_MODEL } from "./agent-scenario.ts";
+import { agentSetup } from "./agents.ts";
+
+describe("pi-acp over ACP in a bubblewrap sandbox", () => {
+  it("two turns, sandbox killed mid-turn 3, session/load in a fresh sandbox, then semantic recovery", async () => {
+    await runAgentScenario(agentSetup("pi", SANDBOX_MODEL));
+  }, 600_000);
+});
