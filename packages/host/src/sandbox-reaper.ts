@@ -113,8 +113,9 @@ export class SandboxReaper {
     }
 
     const seen = new Set(ownerIds);
-    for (const record of await ownership.listStale({ deployment, driver, limit: this.#options.staleLimit ?? 100, signal })) {
-      if (seen.has(record.id)) continue;
+    const stale = await ownership.listStale({ deployment, driver, limit: this.#options.staleLimit ?? 100, signal });
+    // A record whose runtime was listed was judged above.
+    for (const record of stale.filter((r) => !seen.has(r.id))) {
       // Not listed, but the record knew its lease: reap by lease (a listing that lagged the acquire, or a
       // provider that cannot list). Reaped BEFORE the record goes: a reaper killed in between leaves the
       // record for the next pass, where deleting it first would leave a runtime no listing can find (the
