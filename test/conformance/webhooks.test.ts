@@ -5,9 +5,12 @@
  * every event exactly once (after dedupe by `webhook-id`), in order per
  * session; a receiver that always fails ends in the dead-letter, visible
  * through the API and the log. Time is a manual clock started at the wall
- * clock (unwrap checks the signed timestamp against the wall clock).
+ * clock (unwrap checks the signed timestamp against the wall clock). Each
+ * event type the server sends is triggered and received once, typed by the
+ * SDK's own event union.
  */
 import Anthropic from "@anthropic-ai/sdk";
+import type { BetaWebhookEvent, BetaWebhookEventData } from "@anthropic-ai/sdk/resources/beta/webhooks";
 import { appendEvents, type EventDraft } from "@openma/api";
 import { ManualClock } from "@openma/storage";
 import { BACKENDS } from "@openma/storage/testing";
@@ -233,6 +236,146 @@ describe.each(BACKENDS)("webhooks on %s", (dialect) => {
     } finally {
       await flaky.close();
       await dead.close();
+    }
+  });
+
+  it("sends the lifecycle events of agents, environments, memory stores and sessions, and a session's log events, each once and in order", async () => {
+    const sink = await receiver(1);
+    try {
+      const b = t.client.beta;
+      // In log order: the update, an outcome, a thread's life, a stop at the budget, the archive.
+      const sessionEvents = [
+        "session.updated",
+        "session.outcome_evaluation_ended",
+        "session.thread_created",
+        "session.thread_idled",
+        "session.thread_terminated",
+        "session.budget_reached",
+        "session.archived",
+      ] as const;
+      const types = [
+        "agent.created",
+        "agent.updated",
+        "agent.archived",
+        "environment.created",
+        "environment.updated",
+        "environment.archived",
+        "environment.deleted",
+        "memory_store.created",
+        "memory_store.archived",
+        "memory_store.deleted",
+        ...sessionEvents,
+        "session.deleted",
+      ] as const satisfies readonly BetaWebhookEventData["type"][];
+      // The SDK types `enabled_events` with the organization-level types only; the server takes every type it defines.
+      const endpoint = await b.organization.webhooks.create({ url: sink.url, enabled_events: [...types] as never });
+
+      const agent = await b.agents.create({ name: "lifecycle", model: "claude-sonnet-4-5" });
+      await b.agents.update(agent.id, { version: agent.version, name: "lifecycle 2" });
+      await b.agents.update(agent.id, { name: "lifecycle 2" }); // no change: no new version, no event
+      await b.agents.archive(agent.id);
+      await b.agents.archive(agent.id); // already archived: no event
+      const env = await b.environments.create({ name: "lifecycle" });
+      await b.environments.update(env.id, { name: "lifecycle 2" });
+      await b.environments.archive(env.id);
+      const doomedEnv = await b.environments.create({ name: "doomed" });
+      await b.environments.delete(doomedEnv.id);
+      const store = await b.memoryStores.create({ name: "notes" });
+      await b.memoryStores.archive(store.id);
+      const doomedStore = await b.memoryStores.create({ name: "doomed" });
+      await b.memoryStores.delete(doomedStore.id);
+      // A failed change sends nothing: its transaction rolled back.
+      expect((await errorOf(b.environments.delete(doomedEnv.id))).status).toBe(404);
+
+      const liveAgent = await b.agents.create({ name: "live", model: "claude-sonnet-4-5" });
+      const liveEnv = await b.environments.create({ name: "live" });
+      const session = await b.sessions.create({ agent: liveAgent.id, environment_id: liveEnv.id });
+      await b.sessions.update(session.id, { title: "renamed" });
+      // The log events the harness appends (through this same log) for an outcome, a thread and a stop at the budget.
+      const thread = { session_thread_id: "sthr_webhooks", agent_name: "helper" };
+      const deps = automationDeps(t.store.storage, clock);
+      await appendEvents(deps, session.id, [
+        { type: "user.define_outcome", fields: { outcome_id: "outc_1", description: "done", max_iterations: 3 }, dedupeKey: "o0" },
+        {
+          type: "span.outcome_evaluation_end",
+          fields: {
+            outcome_id: "outc_1",
+            outcome_evaluation_start_id: "sevt_start",
+            iteration: 0,
+            result: "satisfied",
+            explanation: "ok",
+            usage: { input_tokens: 1, output_tokens: 1, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 },
+          },
+          dedupeKey: "o1",
+        },
+        {
+          type: "session.thread_created",
+          fields: { ...thread, workflow_run_id: null },
+          dedupeKey: "t0",
+          threadId: thread.session_thread_id,
+        },
+        {
+          type: "session.thread_status_idle",
+          fields: { ...thread, stop_reason: { type: "end_turn" }, stop_details: null },
+          dedupeKey: "t1",
+          threadId: thread.session_thread_id,
+        },
+        { type: "session.thread_status_terminated", fields: thread, dedupeKey: "t2", threadId: thread.session_thread_id },
+        { type: "session.status_idle", fields: { stop_reason: { type: "end_turn" } }, dedupeKey: "i1" },
+        { type: "session.status_idle", fields: { stop_reason: { type: "budget_reached" } }, dedupeKey: "i2" },
+      ]);
+      await b.sessions.archive(session.id);
+      const doomedSession = await b.sessions.create({ agent: liveAgent.id, environment_id: liveEnv.id });
+      await b.sessions.delete(doomedSession.id);
+
+      const worker = new WebhookDeliveryWorker({
+        db: t.store.storage.db,
+        clock,
+        scheduler: new ManualScheduler(),
+        logger: { info() {}, warn() {} },
+        allowPrivateTargets: true,
+        maxAttempts: 4,
+        baseDelayMs: 1000,
+      });
+      const pending = async () =>
+        (
+          await t.store.storage.db
+            .selectFrom("webhook_deliveries")
+            .select("id")
+            .where("endpoint_id", "=", endpoint.id)
+            .where("state", "=", "pending")
+            .execute()
+        ).length;
+      for (let i = 0; i < 100 && (await pending()) > 0; i++) {
+        await worker.runOnce();
+        clock.advance(1000);
+      }
+      expect(await pending()).toBe(0);
+
+      const events: BetaWebhookEvent[] = sink.received.map((r) =>
+        b.webhooks.unwrap(r.body, { headers: r.headers, key: endpoint.signing_secret }),
+      );
+      expect(new Set(events.map((e) => e.id)).size).toBe(events.length);
+      const of = (id: string) => events.filter((e) => e.data.id === id).map((e) => e.data.type);
+      expect(of(agent.id)).toEqual(["agent.created", "agent.updated", "agent.archived"]);
+      expect(of(env.id)).toEqual(["environment.created", "environment.updated", "environment.archived"]);
+      expect(of(doomedEnv.id)).toEqual(["environment.created", "environment.deleted"]);
+      expect(of(store.id)).toEqual(["memory_store.created", "memory_store.archived"]);
+      expect(of(doomedStore.id)).toEqual(["memory_store.created", "memory_store.deleted"]);
+      expect(of(liveAgent.id)).toEqual(["agent.created"]);
+      expect(of(liveEnv.id)).toEqual(["environment.created"]);
+      expect(of(session.id)).toEqual(sessionEvents);
+      expect(of(doomedSession.id)).toEqual(["session.deleted"]);
+      expect(new Set(events.map((e) => e.data.type))).toEqual(new Set(types));
+      for (const { data } of events) {
+        expect(data).toMatchObject({ organization_id: "org_openma", workspace_id: "wrkspc_default" });
+        // Narrowed by the SDK's union: the thread events name their thread.
+        if (data.type === "session.thread_created" || data.type === "session.thread_idled" || data.type === "session.thread_terminated")
+          expect(data.session_thread_id).toBe(thread.session_thread_id);
+        else expect(data).not.toHaveProperty("session_thread_id");
+      }
+    } finally {
+      await sink.close();
     }
   });
 });

@@ -12,7 +12,7 @@
  * `running` opens and closes an activity interval (session-activity.ts).
  */
 import { type Database, type SessionRow, toIso } from "@openma/storage";
-import { recordWebhookEvents } from "@openma/webhooks";
+import { recordWebhookEvents, sessionWebhookChanges } from "@openma/webhooks";
 import type { Kysely, Transaction } from "kysely";
 import type { ApiDeps } from "./context.ts";
 import { notFound } from "./errors.ts";
@@ -144,11 +144,11 @@ async function appendIn(
     .where("id", "=", sessionId)
     .execute();
   if (projected) await recordStatusChange(trx, sessionId, session.status === "running", projected.status === "running", nowMs);
-  const changes = rows.flatMap((row) => {
-    const type = STATUS_WEBHOOK[row.type];
-    return type ? [{ type, id: sessionId, orderKey: sessionId, orderSeq: row.seq }] : [];
-  });
-  await recordWebhookEvents(trx, deps, changes);
+  await recordWebhookEvents(
+    trx,
+    deps,
+    rows.flatMap((row) => sessionWebhookChanges(sessionId, row)),
+  );
   return { events, appended };
 }
 
@@ -175,14 +175,6 @@ const STATUS_OF: Record<string, string> = {
   "session.status_idle": "idle",
   "session.status_rescheduled": "rescheduling",
   "session.status_terminated": "terminated",
-};
-
-/** Status events → the webhook event each one emits (same transaction: see @openma/webhooks outbox). */
-const STATUS_WEBHOOK: Record<string, string> = {
-  "session.status_running": "session.status_run_started",
-  "session.status_idle": "session.status_idled",
-  "session.status_rescheduled": "session.status_rescheduled",
-  "session.status_terminated": "session.status_terminated",
 };
 
 const PROJECTED_TYPES = new Set([

@@ -84,6 +84,23 @@ export const EMITTED_EVENT_TYPES = [
   "deployment_run.succeeded",
   "deployment_run.failed",
   "memory_store.created",
+  "memory_store.archived",
+  "memory_store.deleted",
+  "agent.created",
+  "agent.updated",
+  "agent.archived",
+  "environment.created",
+  "environment.updated",
+  "environment.archived",
+  "environment.deleted",
+  "session.updated",
+  "session.archived",
+  "session.deleted",
+  "session.budget_reached",
+  "session.outcome_evaluation_ended",
+  "session.thread_created",
+  "session.thread_idled",
+  "session.thread_terminated",
 ] as const;
 
 export interface WebhookChange {
@@ -94,6 +111,8 @@ export interface WebhookChange {
   /** Deliveries with one order key reach an endpoint in `orderSeq` order (then creation order). */
   orderKey: string;
   orderSeq: number;
+  /** Fields the SDK's event data carries beyond `id` (`session_thread_id` on thread events). */
+  extra?: Readonly<Record<string, string>>;
 }
 
 export interface OutboxDeps {
@@ -105,7 +124,16 @@ export interface WebhookEventBody {
   type: "event";
   id: string;
   created_at: string;
-  data: { type: string; id: string; organization_id: string; workspace_id: string };
+  data: { type: string; id: string; organization_id: string; workspace_id: string; [field: string]: string };
+}
+
+/**
+ * One change to an object whose events are ordered by its own id (agents,
+ * environments, memory stores, sessions outside the event log): the clock
+ * orders them, creation order breaks ties within a millisecond.
+ */
+export function recordObjectEvent(trx: Transaction<Database>, deps: OutboxDeps, type: string, id: string): Promise<void> {
+  return recordWebhookEvents(trx, deps, [{ type, id, orderKey: id, orderSeq: deps.clock.now() }]);
 }
 
 export async function recordWebhookEvents(trx: Transaction<Database>, deps: OutboxDeps, changes: readonly WebhookChange[]): Promise<void> {
@@ -125,7 +153,7 @@ export async function recordWebhookEvents(trx: Transaction<Database>, deps: Outb
       type: "event",
       id: deps.ids("wevt"),
       created_at: new Date(nowMs).toISOString(),
-      data: { type: change.type, id: change.id, organization_id: ORGANIZATION_ID, workspace_id: WORKSPACE_ID },
+      data: { type: change.type, id: change.id, ...change.extra, organization_id: ORGANIZATION_ID, workspace_id: WORKSPACE_ID },
     };
     const payload = JSON.stringify(event);
     for (const endpoint of targets) {

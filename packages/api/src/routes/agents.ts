@@ -1,6 +1,7 @@
 /** `/v1/agents`: create, retrieve (optionally a version), update with version bump, list, archive, versions. */
 
 import type { Database } from "@openma/storage";
+import { recordObjectEvent } from "@openma/webhooks";
 import type { Context } from "hono";
 import { Hono } from "hono";
 import type { Kysely, Transaction } from "kysely";
@@ -125,6 +126,7 @@ export function agentRoutes(): Hono<AppEnv> {
           .values({ id: agent.id, version: 1, name: agent.name, body, created_at: now, updated_at: now, archived_at: null })
           .execute();
         await trx.insertInto("agent_versions").values({ agent_id: agent.id, version: 1, body, created_at: now }).execute();
+        await recordObjectEvent(trx, c.get("deps"), "agent.created", agent.id);
       });
     return c.json(agent);
   });
@@ -181,6 +183,7 @@ export function agentRoutes(): Hono<AppEnv> {
         .executeTakeFirst();
       if (Number(updated.numUpdatedRows) !== 1) throw new ApiError(409, "conflict_error", "agent was modified concurrently; retry");
       await trx.insertInto("agent_versions").values({ agent_id: id, version: next.version, body, created_at: next.updated_at }).execute();
+      await recordObjectEvent(trx, c.get("deps"), "agent.updated", id);
       return next;
     });
     return c.json(result);
@@ -200,6 +203,7 @@ export function agentRoutes(): Hono<AppEnv> {
         .where("id", "=", id)
         .execute();
       await trx.updateTable("agent_versions").set({ body }).where("agent_id", "=", id).where("version", "=", archived.version).execute();
+      await recordObjectEvent(trx, c.get("deps"), "agent.archived", id);
     });
     return c.json(archived);
   });

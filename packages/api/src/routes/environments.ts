@@ -5,6 +5,7 @@
  */
 
 import { type Database, hashSecret, newSecret } from "@openma/storage";
+import { recordObjectEvent } from "@openma/webhooks";
 import type { Context } from "hono";
 import { Hono } from "hono";
 import type { Kysely, Transaction } from "kysely";
@@ -95,6 +96,7 @@ async function updateEnvironment(c: Context<AppEnv>, id: string): Promise<Enviro
       .where("body", "=", row.body)
       .executeTakeFirst();
     if (Number(updated.numUpdatedRows) !== 1) throw new ApiError(409, "conflict_error", "environment was modified concurrently; retry");
+    await recordObjectEvent(trx, c.get("deps"), "environment.updated", id);
     return next;
   });
 }
@@ -132,6 +134,7 @@ export function environmentRoutes(): Hono<AppEnv> {
           .insertInto("environments")
           .values({ id: env.id, created_at: now, ...rowOf(env) })
           .execute();
+        await recordObjectEvent(trx, c.get("deps"), "environment.created", env.id);
         return env.config.type === "self_hosted" ? issueEnvironmentKey(trx, env.id, now) : undefined;
       });
     // OpenMA extension (§1.4): the worker fleet's key, shown only in this response.
@@ -155,13 +158,18 @@ export function environmentRoutes(): Hono<AppEnv> {
     const now = nowIso(c);
     const archived: Environment = { ...env, archived_at: now, updated_at: now };
     // Only the first archive wins; a concurrent second one re-reads the result.
-    const updated = await db
-      .updateTable("environments")
-      .set(rowOf(archived))
-      .where("id", "=", id)
-      .where("archived_at", "is", null)
-      .executeTakeFirst();
-    return c.json(Number(updated.numUpdatedRows) === 1 ? archived : await loadEnvironment(db, id));
+    const won = await db.transaction().execute(async (trx) => {
+      const updated = await trx
+        .updateTable("environments")
+        .set(rowOf(archived))
+        .where("id", "=", id)
+        .where("archived_at", "is", null)
+        .executeTakeFirst();
+      if (Number(updated.numUpdatedRows) !== 1) return false;
+      await recordObjectEvent(trx, c.get("deps"), "environment.archived", id);
+      return true;
+    });
+    return c.json(won ? archived : await loadEnvironment(db, id));
   });
 
   r.delete("/:environment_id", async (c) => {
@@ -174,6 +182,7 @@ export function environmentRoutes(): Hono<AppEnv> {
       await trx.deleteFrom("work_pollers").where("environment_id", "=", id).execute();
       // Workers learn it from their next heartbeat (state "stopped"); their tokens die with the items.
       await stopEnvironmentWork(trx, deps, id);
+      await recordObjectEvent(trx, deps, "environment.deleted", id);
     });
     return c.json({ id, type: "environment_deleted" as const });
   });

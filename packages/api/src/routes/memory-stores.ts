@@ -3,6 +3,8 @@
  * memories and memory_versions sub-resources, which sessions tokens may also
  * reach for the stores attached to their session (see memory-access.ts).
  */
+
+import { recordObjectEvent } from "@openma/webhooks";
 import type { Context } from "hono";
 import { Hono } from "hono";
 import { requireCredential } from "../auth.ts";
@@ -55,11 +57,14 @@ export function memoryStoreRoutes(): Hono<AppEnv> {
       updated_at: now,
       archived_at: null,
     };
-    await c
-      .get("deps")
-      .storage.db.insertInto("memory_stores")
-      .values({ id: store.id, body: JSON.stringify(store), created_at: now, updated_at: now, archived_at: null })
-      .execute();
+    const deps = c.get("deps");
+    await deps.storage.db.transaction().execute(async (trx) => {
+      await trx
+        .insertInto("memory_stores")
+        .values({ id: store.id, body: JSON.stringify(store), created_at: now, updated_at: now, archived_at: null })
+        .execute();
+      await recordObjectEvent(trx, deps, "memory_store.created", store.id);
+    });
     return c.json(store);
   });
 
@@ -102,6 +107,7 @@ export function memoryStoreRoutes(): Hono<AppEnv> {
         if (Number(res.numDeletedRows) !== 1) throw notFound("memory store", id);
         await trx.deleteFrom("memories").where("memory_store_id", "=", id).execute();
         await trx.deleteFrom("memory_versions").where("memory_store_id", "=", id).execute();
+        await recordObjectEvent(trx, c.get("deps"), "memory_store.deleted", id);
       });
     return c.json({ id, type: "memory_store_deleted" as const });
   });
@@ -112,14 +118,19 @@ export function memoryStoreRoutes(): Hono<AppEnv> {
     if (current.archived_at) return c.json(current);
     const now = nowIso(c);
     const archived: MemoryStore = { ...current, archived_at: now, updated_at: now };
-    const res = await c
-      .get("deps")
-      .storage.db.updateTable("memory_stores")
-      .set({ body: JSON.stringify(archived), archived_at: now, updated_at: now })
-      .where("id", "=", id)
-      .where("archived_at", "is", null)
-      .executeTakeFirst();
-    return c.json(Number(res.numUpdatedRows) === 1 ? archived : await loadMemoryStoreBody(c, id));
+    const deps = c.get("deps");
+    const won = await deps.storage.db.transaction().execute(async (trx) => {
+      const res = await trx
+        .updateTable("memory_stores")
+        .set({ body: JSON.stringify(archived), archived_at: now, updated_at: now })
+        .where("id", "=", id)
+        .where("archived_at", "is", null)
+        .executeTakeFirst();
+      if (Number(res.numUpdatedRows) !== 1) return false;
+      await recordObjectEvent(trx, deps, "memory_store.archived", id);
+      return true;
+    });
+    return c.json(won ? archived : await loadMemoryStoreBody(c, id));
   });
 
   registerMemoryRoutes(r);

@@ -457,6 +457,9 @@ async function archiveSession(c: Context<AppEnv>, id: string): Promise<Session> 
     const appended = current.status !== "terminated";
     // Its live threads end first, then the session (the primary thread) itself.
     if (appended) await appendEvents(deps, id, [...(await threadsTerminated(trx, id)), terminate], { trx });
+    // Ordered after the log's last event (its terminated status), like the log's own webhook events.
+    const { last_seq } = await lockSession(trx, id);
+    await recordWebhookEvents(trx, deps, [{ type: "session.archived", id, orderKey: id, orderSeq: last_seq }]);
     await stopSessionWork(trx, deps, id, { force: false });
     return { session: archived, appended };
   });
@@ -498,6 +501,7 @@ async function deleteSession(c: Context<AppEnv>, id: string): Promise<void> {
     await trx.deleteFrom("session_compactions").where("session_id", "=", id).execute();
     await trx.deleteFrom("session_threads").where("session_id", "=", id).execute();
     await trx.deleteFrom("sessions").where("id", "=", id).execute();
+    await recordWebhookEvents(trx, deps, [{ type: "session.deleted", id, orderKey: id, orderSeq: row.last_seq + 1 }]);
     return row.environment_id;
   });
   await notifySession(deps, id);
