@@ -1,27 +1,49 @@
 /**
- * A session event stream whose reader stops reading (docs/transfers.md): while
- * 10,000 events (about 20 MB) are appended, the server holds at most its send
- * buffer for that connection and then closes the stream; the reader, resuming
- * with `Last-Event-ID`, receives every event exactly once and in order.
+ * A session event stream whose reader stops reading (docs/transfers.md), served
+ * by a real `openma serve` child process under the memory probe: while 10,000
+ * events of 16 KiB (about 160 MiB of stream) are appended to the shared
+ * Postgres log by another process (so the child's memory is the stream's, not
+ * that of parsing the appends), the reader reads nothing; the server holds at most its send buffer for that connection, then
+ * closes the stream, and its memory grows by less than the event-stream budget
+ * (a server keeping the backlog for the reader would hold all 160 MiB, twice:
+ * as strings and encoded). The reader, resuming with `Last-Event-ID`, receives
+ * every event exactly once and in order.
  *
- * No clock is involved: the close is driven by bytes queued, not by time.
+ * No clock is involved: the reader stays stalled until every event has been
+ * appended (a condition), and the close is driven by bytes queued, not by time.
  */
+import { mkdtemp, rm } from "node:fs/promises";
 import { type IncomingMessage, request } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { newId, systemClock } from "@openma/storage";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { appendEvents, type EventLogDeps } from "../../packages/api/src/event-log.ts";
+import { type ChildServer, startChildServer } from "../support/child-server.ts";
+import { growthOver, type MemoryPeaks, memoryPeaks, memoryProbeEnv } from "../support/memory-peaks.ts";
 import { startTestServer, type TestServer } from "../support/server.ts";
 
+const MiB = 1024 * 1024;
 const EVENTS = 10_000;
-const SEND_BUFFER = 64 * 1024;
-const TEXT = "x".repeat(2000);
+const PER_APPEND = 250;
+const SEND_BUFFER = 1 * MiB;
+const TEXT = "x".repeat(16 * 1024);
+/** Events the stream reads from the log at a time (docs/transfers.md#memory-budget). */
+const LOG_BATCH = 200;
+/**
+ * The budget docs/transfers.md states for one event stream (its send buffer plus one batch read from the log)
+ * plus the process-wide ~64 MiB V8 lets finished buffers reach before collecting them: about 68 MiB, against a
+ * backlog of 160 MiB.
+ */
+const BOUND = SEND_BUFFER + LOG_BATCH * TEXT.length + 64 * MiB;
 
 /** Opens the stream (optionally resuming) and hands back the paused response. */
-function openStream(t: TestServer, sessionId: string, lastEventId?: string): Promise<IncomingMessage> {
+function openStream(srv: ChildServer, sessionId: string, lastEventId?: string): Promise<IncomingMessage> {
   return new Promise((resolve, reject) => {
-    const req = request(new URL(`/v1/sessions/${sessionId}/events/stream`, t.baseURL), {
+    const req = request(new URL(`/v1/sessions/${sessionId}/events/stream`, srv.baseURL), {
+      agent: false,
       headers: {
-        "x-api-key": t.apiKey,
+        "x-api-key": srv.apiKey,
         "anthropic-version": "2023-06-01",
         "anthropic-beta": "managed-agents-2026-04-01",
         accept: "text/event-stream",
@@ -36,7 +58,7 @@ function openStream(t: TestServer, sessionId: string, lastEventId?: string): Pro
   });
 }
 
-/** Reads `res` until it ends or `want` ids have arrived in all; returns the ids seen and whether the server ended it. */
+/** Reads `res` until it ends or `want` ids have arrived in all; returns whether the server ended it. */
 function collectIds(res: IncomingMessage, into: string[], want: number): Promise<{ ended: boolean }> {
   return new Promise((resolve) => {
     let buf = "";
@@ -63,31 +85,57 @@ function collectIds(res: IncomingMessage, into: string[], want: number): Promise
   });
 }
 
-describe("a session event stream whose reader stops reading", () => {
+describe("a session event stream whose reader stops reading, in a child server", () => {
+  /** Where the events are appended (in this process), on the Postgres storage the child serves. */
   let t: TestServer;
   let deps: EventLogDeps;
-  beforeAll(async () => {
-    t = await startTestServer("sqlite", { OPENMA_SSE_SEND_BUFFER_BYTES: String(SEND_BUFFER) });
-    deps = { storage: t.store.storage, clock: systemClock, ids: newId };
-  });
-  afterAll(async () => t?.close());
+  /** The server the reader streams from, under the memory probe (its brain off: no turn runs). */
+  let srv: ChildServer;
+  let probeDir: string;
+  let probe: ReturnType<typeof memoryPeaks>;
 
-  it("is closed once it is a send buffer behind, and loses nothing on resuming with Last-Event-ID", async () => {
+  beforeAll(async () => {
+    t = await startTestServer("postgres");
+    deps = { storage: t.store.storage, clock: systemClock, ids: newId };
+    probeDir = await mkdtemp(join(tmpdir(), "openma-sse-probe-"));
+    const probeFile = join(probeDir, "peaks.json");
+    probe = memoryPeaks(probeFile, () => srv.pid);
+    srv = await startChildServer(t.store, t.apiKey, {
+      OPENMA_SSE_SEND_BUFFER_BYTES: String(SEND_BUFFER),
+      ...memoryProbeEnv(probeFile),
+    });
+    await probe.peaks();
+  });
+  afterAll(async () => {
+    await srv?.close();
+    await t?.close();
+    if (probeDir) await rm(probeDir, { recursive: true, force: true });
+  });
+
+  async function expectWithinBound(base: MemoryPeaks, what: string): Promise<void> {
+    const growth = growthOver(base, await probe.peaks());
+    expect(growth.rss, `${what}: RSS growth ${(growth.rss / MiB).toFixed(1)} MiB`).toBeLessThan(BOUND);
+    expect(growth.heap, `${what}: heap + off-heap growth ${(growth.heap / MiB).toFixed(1)} MiB`).toBeLessThan(BOUND);
+  }
+
+  it("holds a bounded buffer, closes the stream, and loses nothing on resuming with Last-Event-ID", async () => {
     const agent = await t.client.beta.agents.create({ name: "a", model: "claude-sonnet-4-5" });
     const env = await t.client.beta.environments.create({ name: "e" });
     const session = await t.client.beta.sessions.create({ agent: agent.id, environment_id: env.id });
-
-    const stalled = await openStream(t, session.id);
-    const appended: string[] = [];
-    for (let i = 0; i < EVENTS; i += 250) {
-      const drafts = Array.from({ length: 250 }, (_, j) => ({
+    const append = async (sessionId: string, from: number) => {
+      const drafts = Array.from({ length: PER_APPEND }, (_, j) => ({
         type: "user.message",
-        fields: { content: [{ type: "text", text: `${i + j} ${TEXT}` }] },
+        fields: { content: [{ type: "text", text: `${from + j} ${TEXT}` }] },
         dedupeKey: null,
       }));
-      const { events } = await appendEvents(deps, session.id, drafts);
-      appended.push(...events.map((e) => e.id));
-    }
+      return (await appendEvents(deps, sessionId, drafts)).events.map((e) => e.id);
+    };
+    const base = await probe.reset();
+    const stalled = await openStream(srv, session.id);
+    const appended: string[] = [];
+    for (let i = 0; i < EVENTS; i += PER_APPEND) appended.push(...(await append(session.id, i)));
+    expect(appended).toHaveLength(EVENTS);
+    await expectWithinBound(base, "appending while the reader is stalled");
 
     // What reached the socket before the server gave up on this reader, then the end of the stream.
     const received: string[] = [];
@@ -98,9 +146,9 @@ describe("a session event stream whose reader stops reading", () => {
 
     // Resuming after the last event it saw, the reader catches up: every event once, in order.
     while (received.length < EVENTS) {
-      const resumed = await openStream(t, session.id, received.at(-1));
+      const resumed = await openStream(srv, session.id, received.at(-1));
       await collectIds(resumed, received, EVENTS);
     }
     expect(received).toEqual(appended);
-  });
+  }, 300_000);
 });
