@@ -5,7 +5,8 @@
  * runs its own turn in its own thread (events tagged with the thread), their
  * replies come back as `agent.thread_message_received`, and the thread
  * resources (list, retrieve, archive, events, stream) say what happened,
- * with per-thread usage adding up to the session's.
+ * with per-thread usage adding up to the session's, and the session's list
+ * cost (and its budget) the sum of each thread's usage on its own model.
  */
 import Anthropic from "@anthropic-ai/sdk";
 import type { BetaManagedAgentsSessionEvent, BetaManagedAgentsStreamSessionEvents } from "@anthropic-ai/sdk/resources/beta/sessions/events";
@@ -70,6 +71,26 @@ describe.each(BACKENDS)("multi-agent threads through the SDK on %s", (dialect) =
           },
         },
         { match: { system_contains: "ROLE:boss", last_user_text_contains: "the answer is 42" }, response: "Boss done." },
+        // A coordinator on claude-sonnet-4-6 ($3 / $15 per million) and its analyst on claude-opus-4-6 ($5 / $25).
+        {
+          match: { system_contains: "ROLE:chief", last_user_text_contains: "delegate" },
+          // 100,000 in on sonnet: $0.30.
+          response: { content: [send("analyst", "crunch it")], usage: { input_tokens: 100_000, output_tokens: 0 } },
+        },
+        {
+          match: { system_contains: "ROLE:chief", tool_result_for: "send_thread_message" },
+          response: { content: [{ type: "text", text: "Waiting for the analyst." }], usage: { input_tokens: 0, output_tokens: 0 } },
+        },
+        {
+          match: { system_contains: "ROLE:analyst", last_user_text_contains: "crunch it" },
+          // 200,000 in on opus: $1.00 (on sonnet it would be $0.60).
+          response: { content: [{ type: "text", text: "crunched" }], usage: { input_tokens: 200_000, output_tokens: 0 } },
+        },
+        // Never reached while the budget is spent.
+        {
+          match: { system_contains: "ROLE:chief", last_user_text_contains: "crunched" },
+          response: { content: [{ type: "text", text: "Chief done." }], usage: { input_tokens: 0, output_tokens: 0 } },
+        },
       ],
     });
     t = await startTestServer(dialect, { OPENMA_BRAIN: "on", OPENMA_MODEL_BASE_URL: model.url, OPENMA_MODEL_API_KEY: MODEL_KEY });
@@ -78,6 +99,19 @@ describe.each(BACKENDS)("multi-agent threads through the SDK on %s", (dialect) =
     await t?.close();
     await model?.close();
   });
+
+  /** A session of coordinator `name` (system prompt `ROLE:<name>`) on `model` over `roster`, with no sandbox. */
+  async function coordinatorSession(
+    name: string,
+    model: string,
+    roster: string[],
+    budget?: { type: "limit"; max_list_cost: { amount: string; currency: "USD" } },
+  ) {
+    const client = t.client.beta;
+    const lead = await client.agents.create({ name, model, system: `ROLE:${name}`, multiagent: { type: "coordinator", agents: roster } });
+    const env = await client.environments.create({ name: "none", config: { type: "none" } as never });
+    return client.sessions.create({ agent: lead.id, environment_id: env.id, ...(budget ? { budget } : {}) });
+  }
 
   /** Reads the session stream until the coordinator says `last`, then until its idle. */
   async function until(stream: AsyncIterable<BetaManagedAgentsStreamSessionEvents> & { controller: AbortController }, last: string) {
@@ -242,14 +276,7 @@ describe.each(BACKENDS)("multi-agent threads through the SDK on %s", (dialect) =
       system: "ROLE:helper",
       tools: [{ type: "custom", name: "lookup", description: "look something up", input_schema: { type: "object", properties: {} } }],
     });
-    const boss = await client.agents.create({
-      name: "boss",
-      model: "claude-test-1",
-      system: "ROLE:boss",
-      multiagent: { type: "coordinator", agents: [helper.id] },
-    });
-    const env = await client.environments.create({ name: "none", config: { type: "none" } as never });
-    const session = await client.sessions.create({ agent: boss.id, environment_id: env.id });
+    const session = await coordinatorSession("boss", "claude-test-1", [helper.id]);
 
     // The helper asks the client for its custom tool; the session stream carries the call, tagged with the helper's thread.
     const stream = await client.sessions.events.stream(session.id);
@@ -307,5 +334,48 @@ describe.each(BACKENDS)("multi-agent threads through the SDK on %s", (dialect) =
     const tail = (await client.sessions.events.list(session.id, { order: "desc", limit: 2 })).data.map((e) => e.type);
     expect(tail).toEqual(["session.status_terminated", "session.thread_status_terminated"]);
     expect((await client.sessions.threads.list(session.id)).data.map((th) => th.status)).toEqual(["terminated", "terminated"]);
+    // One unpriced model in the session leaves the session's cost unknown rather than understated.
+    const snapshots = (await client.sessions.events.list(session.id)).data.filter((e) => e.type === "session.usage");
+    expect(snapshots.length).toBeGreaterThan(0);
+    expect(snapshots.map((e) => e.type === "session.usage" && e.usage.list_cost)).toEqual(snapshots.map(() => undefined));
+  });
+
+  it("prices the session's usage on each thread's model and stops at a budget only the mixed cost reaches", async () => {
+    const client = t.client.beta;
+    const analyst = await client.agents.create({ name: "analyst", model: "claude-opus-4-6", system: "ROLE:analyst" });
+    // $1.10: over the $0.90 the session would cost all on the chief's model, under the $1.30 it costs.
+    const session = await coordinatorSession("chief", "claude-sonnet-4-6", [analyst.id], {
+      type: "limit",
+      max_list_cost: { amount: "110", currency: "USD" },
+    });
+    const stream = await client.sessions.events.stream(session.id);
+    await client.sessions.events.send(session.id, { events: [{ type: "user.message", content: [{ type: "text", text: "delegate" }] }] });
+    // Until the chief's first idle after the analyst's reply reached it.
+    let received = false;
+    let stop: string | undefined;
+    const said: string[] = [];
+    for await (const e of stream) {
+      if (e.type === "agent.thread_message_received") received ||= e.content.some((b) => b.type === "text" && b.text === "crunched");
+      if (e.type === "agent.message") said.push(...e.content.map((b) => (b.type === "text" ? b.text : "")));
+      if (received && e.type === "session.status_idle") {
+        stop = e.stop_reason.type;
+        break;
+      }
+    }
+    stream.controller.abort();
+    // The budget stopped the chief's next model call: on the chief's model alone it would have answered.
+    expect(stop).toBe("budget_reached");
+    expect(said).not.toContain("Chief done.");
+
+    // Each thread priced on its own model, and the session's cost is their sum: $0.30 + $1.00.
+    const threads = (await client.sessions.threads.list(session.id)).data;
+    expect(threads.map((th) => [th.agent.type === "agent" && th.agent.name, th.usage?.list_cost])).toEqual([
+      ["chief", { amount: "30", currency: "USD" }],
+      ["analyst", { amount: "100", currency: "USD" }],
+    ]);
+    const retrieved = await client.sessions.retrieve(session.id);
+    expect(retrieved.usage.list_cost).toEqual({ amount: "130", currency: "USD" });
+    expect(retrieved.usage.input_tokens).toBe(300_000);
+    expect(retrieved.status).toBe("idle");
   });
 });

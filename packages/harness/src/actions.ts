@@ -114,7 +114,7 @@ export async function actStep(
   const counter = action.type === "server" ? action.executor.usageCounter : undefined;
   if (counter) {
     // The request was made (whatever it returned): counted and priced with the result, in the same append.
-    const usage = await usageEventFields(deps, ctx, addServerToolUse(state.usage, counter));
+    const usage = await usageEventFields(deps, ctx, state, addServerToolUse(state.usage, counter));
     drafts.push(draft("session.usage", usage, `usage:${toolUse.id}`));
   }
   const landed = await withSession(deps, ctx.sessionId, (tx) => tx.append(drafts));

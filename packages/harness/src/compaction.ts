@@ -103,7 +103,7 @@ export async function compactStep(
   const response = sent.response;
   const summary = summaryOf(response.content);
   if (!summary) return record(failedCompaction(key, startId, { errorType: "unknown_error", message: "the summary was empty" }));
-  const usage = await usageEventFields(deps, ctx, addModelUsage(state.usage, response.usage));
+  const usage = await usageEventFields(deps, ctx, state, addModelUsage(state.usage, response.usage));
   const landed = await withSession(
     deps,
     ctx.sessionId,

@@ -6,6 +6,8 @@ import type { SessionAgentView } from "./tools.ts";
 
 export interface SessionContext {
   sessionId: string;
+  /** The thread this context runs (null: the primary thread). */
+  threadId: string | null;
   agent: SessionAgentView;
   environmentId: string;
   /** The environment body, or null when the environment row is gone. */
@@ -41,6 +43,7 @@ export async function loadContext(storage: Storage, sessionId: string, scope: Sc
   if (scope && !thread) return null;
   return {
     sessionId,
+    threadId: scope?.id ?? null,
     agent: (thread?.agent as SessionAgentView | undefined) ?? body.agent ?? {},
     environmentId: row.environment_id,
     environment: env ? (JSON.parse(env.body) as unknown) : null,

@@ -4,7 +4,7 @@
  * builder need. The log is the only state; nothing survives between steps
  * except what was appended.
  */
-import { type BillableUsage, billableUsageOf } from "@openma/pricing";
+import { addUsageDelta, type BillableUsage, billableUsageOf } from "@openma/pricing";
 import type { Storage } from "@openma/storage";
 import { inScope, type Scope } from "./threads.ts";
 
@@ -15,6 +15,8 @@ export interface LoggedEvent {
   body: Record<string, unknown>;
   /** The dedupe key the loop appended it under (tells its own bookkeeping apart, e.g. a compaction's model request). */
   key?: string | null;
+  /** The thread it was appended by (null or absent: the primary thread). */
+  threadId?: string | null;
 }
 
 const PAGE = 500;
@@ -44,7 +46,7 @@ export async function readNewEvents(storage: Storage, sessionId: string, events:
     for (const row of rows) {
       const body = JSON.parse(row.body) as Record<string, unknown>;
       if (inScope(scope, { type: row.type, body, threadId: row.thread_id ?? null }))
-        events.push({ seq: row.seq, id: row.id, type: row.type, body, key: row.dedupe_key });
+        events.push({ seq: row.seq, id: row.id, type: row.type, body, key: row.dedupe_key, threadId: row.thread_id ?? null });
     }
     if (rows.length < PAGE) return;
     after = rows[rows.length - 1]?.seq ?? after;
@@ -111,6 +113,12 @@ export interface LogState {
   results: Map<string, ResultRecord>;
   confirmations: Map<string, { result: string; denyMessage: string | null; seq: number }>;
   usage: CumulativeUsage;
+  /**
+   * Each thread's share of `usage` (null: the primary thread): the increases
+   * of the snapshots it appended, so the shares add up to `usage` and each
+   * can be priced on its own thread's model.
+   */
+  threadUsage: Map<string | null, CumulativeUsage>;
   outcome: OutcomeRecord | null;
   /**
    * Conversation size the model reported for the last response since the
@@ -189,6 +197,7 @@ export function scanLog(events: readonly LoggedEvent[]): LogState {
     results: new Map(),
     confirmations: new Map(),
     usage: billableUsageOf(undefined),
+    threadUsage: new Map(),
     outcome: null,
     contextTokens: 0,
     compaction: null,
@@ -307,9 +316,15 @@ export function scanLog(events: readonly LoggedEvent[]): LogState {
         state.lastInputSeq = e.seq;
         state.lastContentSeq = e.seq;
         break;
-      case "session.usage":
-        state.usage = billableUsageOf(b.usage);
+      case "session.usage": {
+        const next = billableUsageOf(b.usage);
+        const thread = e.threadId ?? null;
+        const share = state.threadUsage.get(thread) ?? billableUsageOf(undefined);
+        addUsageDelta(share, next, state.usage);
+        state.threadUsage.set(thread, share);
+        state.usage = next;
         break;
+      }
       case "session.deleted":
         state.terminated = true;
         break;

@@ -228,7 +228,7 @@ async function recordResponse(
   previewed: (index: number) => string | undefined,
 ): Promise<TurnOutcome | null> {
   const { deps, ctx, key } = rq;
-  const usageFields = await usageEventFields(deps, ctx, addModelUsage(rq.state.usage, response.usage));
+  const usageFields = await usageEventFields(deps, ctx, rq.state, addModelUsage(rq.state.usage, response.usage));
   const refused = response.stopReason === "refusal";
   const evaluating = !refused && outcomePending(rq.state);
   const plan = planResponse(key, attempt, startId, response, rq.catalogue, ctx.envType === "none", usageFields, previewed, evaluating);

@@ -150,7 +150,7 @@ export async function evaluateStep(
     ),
   ];
   if (verdict.usage !== ZERO)
-    drafts.push(draft("session.usage", await usageEventFields(deps, ctx, addModelUsage(state.usage, u)), `${key}:usage`));
+    drafts.push(draft("session.usage", await usageEventFields(deps, ctx, state, addModelUsage(state.usage, u)), `${key}:usage`));
   const landed = await withSession(deps, ctx.sessionId, (tx) => tx.append(drafts));
   return landed.type === "ok" ? null : { type: "failed", error: "the session was terminated during the turn" };
 }

@@ -227,7 +227,7 @@ async function runSteps(
     await readNewEvents(deps.storage, sessionId, events, scope);
     const state = scanLog(events);
     const executors = executorsFor(ctx);
-    const budget = budgetState(deps.prices, ctx, state.usage);
+    const budget = await budgetState(deps, ctx, state);
     const next = plan(state, ctx, executors, budget, await compactionPlan(deps, ctx, state));
     let outcome: TurnOutcome | null = null;
     switch (next.kind) {

@@ -2,7 +2,7 @@ import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { type BillableUsage, buildPriceTable, isPriced, listCost, priceTableFromEnv, reached } from "./index.ts";
+import { type BillableUsage, buildPriceTable, isPriced, listCost, mixedListCost, priceTableFromEnv, reached } from "./index.ts";
 
 function usage(over: Partial<BillableUsage> = {}): BillableUsage {
   return {
@@ -44,6 +44,23 @@ describe("list prices", () => {
     expect(isPriced(table, "claude-test-1")).toBe(false);
     expect(isPriced(table, "claude-sonnet-4-5-preview")).toBe(false);
     expect(listCost(table, "claude-test-1", usage({ input_tokens: 10 }))).toBeNull();
+  });
+
+  it("sums usage on several models exactly and rounds once; one unpriced model leaves it unpriced", () => {
+    // 1 token on Sonnet + 1 on Opus: $0.000008, one cent (rounding each part up would make it two).
+    const parts = [
+      { modelId: "claude-sonnet-4-6", usage: usage({ input_tokens: 1 }) },
+      { modelId: "claude-opus-4-6", usage: usage({ input_tokens: 1 }) },
+    ];
+    expect(mixedListCost(table, parts)).toEqual({ amount: "1", currency: "USD" });
+    // 100k in on Sonnet ($0.30) + 200k in on Opus ($1.00).
+    expect(
+      mixedListCost(table, [
+        { modelId: "claude-sonnet-4-6", usage: usage({ input_tokens: 100_000 }) },
+        { modelId: "claude-opus-4-6", usage: usage({ input_tokens: 200_000 }) },
+      ]),
+    ).toEqual({ amount: "130", currency: "USD" });
+    expect(mixedListCost(table, [...parts, { modelId: "claude-test-1", usage: usage() }])).toBeNull();
   });
 
   it("compares spend with a limit in minor units", () => {

@@ -217,11 +217,35 @@ const PICO_PER_CENT = 10_000_000_000n;
 
 /** The list cost of `usage` on `modelId`, rounded up to the cent; null when the model has no price. */
 export function listCost(table: PriceTable, modelId: string, usage: BillableUsage): MonetaryAmount | null {
-  const price = priceOf(table, modelId);
-  if (!price) return null;
-  const pico = picoDollars(price, table, usage);
+  return mixedListCost(table, [{ modelId, usage }]);
+}
+
+/**
+ * The list cost of usage spread over several models (a multi-agent session:
+ * each thread's usage on its own agent's model), summed exactly and rounded
+ * up to the cent once, so one model's parts cost what their sum would. Null
+ * when any part's model has no price: a partial sum would understate it.
+ */
+export function mixedListCost(table: PriceTable, parts: ReadonlyArray<{ modelId: string; usage: BillableUsage }>): MonetaryAmount | null {
+  let pico = 0n;
+  for (const { modelId, usage } of parts) {
+    const price = priceOf(table, modelId);
+    if (!price) return null;
+    pico += picoDollars(price, table, usage);
+  }
   const cents = (pico + PICO_PER_CENT - 1n) / PICO_PER_CENT;
   return { amount: cents.toString(), currency: "USD" };
+}
+
+/** `into += next - prev`, field by field: a running total's increase credited to whoever raised it. */
+export function addUsageDelta(into: BillableUsage, next: BillableUsage, prev: BillableUsage): void {
+  into.input_tokens += next.input_tokens - prev.input_tokens;
+  into.output_tokens += next.output_tokens - prev.output_tokens;
+  into.cache_read_input_tokens += next.cache_read_input_tokens - prev.cache_read_input_tokens;
+  for (const k of ["ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens"] as const)
+    into.cache_creation[k] += next.cache_creation[k] - prev.cache_creation[k];
+  for (const k of ["web_fetch_requests", "web_search_requests"] as const)
+    into.server_tool_use[k] += next.server_tool_use[k] - prev.server_tool_use[k];
 }
 
 /** True when `spent` has reached `limit` (both integer minor-unit strings of one currency). */

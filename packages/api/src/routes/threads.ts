@@ -16,11 +16,13 @@
  * - stats: running time from the thread's status events, duration since it
  *   was created;
  * - list_cost: the thread's usage priced on its own agent's model (absent
- *   when that model has no list price). Rounded up to the cent per thread, so
- *   the threads' costs need not add up to the session's exactly, as the SDK
- *   documents; the session's figure is the authoritative one.
+ *   when that model has no list price). The session's list cost sums the
+ *   same per-thread prices exactly and rounds once (harness usage.ts), so the
+ *   threads' costs, each rounded up to the cent, need not add up to it
+ *   exactly, as the SDK documents; the session's figure is the authoritative
+ *   one.
  */
-import { type BillableUsage, billableUsageOf, buildPriceTable, listCost, type PriceTable } from "@openma/pricing";
+import { addUsageDelta, type BillableUsage, billableUsageOf, buildPriceTable, listCost, type PriceTable } from "@openma/pricing";
 import type { Database, SessionThreadRow } from "@openma/storage";
 import type { Context } from "hono";
 import { Hono } from "hono";
@@ -63,17 +65,6 @@ function modelOf(agent: Record<string, unknown>): string {
 
 const zeroUsage = (): Usage => billableUsageOf(undefined);
 
-/** `into += next - prev`, field by field. */
-function addDelta(into: Usage, next: Usage, prev: Usage): void {
-  into.input_tokens += next.input_tokens - prev.input_tokens;
-  into.output_tokens += next.output_tokens - prev.output_tokens;
-  into.cache_read_input_tokens += next.cache_read_input_tokens - prev.cache_read_input_tokens;
-  for (const k of ["ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens"] as const)
-    into.cache_creation[k] += next.cache_creation[k] - prev.cache_creation[k];
-  for (const k of ["web_fetch_requests", "web_search_requests"] as const)
-    into.server_tool_use[k] += next.server_tool_use[k] - prev.server_tool_use[k];
-}
-
 interface Folded {
   usage: Map<string | null, Usage>;
   status: Map<string | null, Status>;
@@ -98,7 +89,7 @@ async function fold(db: Kysely<Database>, sessionId: string, nowMs: number): Pro
     if (row.type === "session.usage") {
       const next = billableUsageOf(body.usage);
       const mine = out.usage.get(thread) ?? zeroUsage();
-      addDelta(mine, next, total);
+      addUsageDelta(mine, next, total);
       out.usage.set(thread, mine);
       total = next;
       continue;
