@@ -29,6 +29,7 @@ import { type KObject, type KubernetesStandIn, startKubernetesStandIn } from "@o
 import { debianKubectl } from "@openma/standin-kubernetes/kubectl";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { startTestServer, type TestServer } from "../support/server.ts";
+import { until } from "../support/until.ts";
 import { allEvents, createSelfHostedEnvironment, endTurnIdle, resultText, sendAndWait } from "../support/worker-e2e.ts";
 
 const run = promisify(execFile);
@@ -193,6 +194,11 @@ describe("GKE dispatch through the Kubernetes stand-in", () => {
         watched += chunk.toString("utf8");
       });
 
+      // kubectl lists, then watches from that list: dispatch only once its watch is open, or a fast turn can
+      // create and delete the claim before kubectl looks (suspected when this test failed in 6 s on a loaded CI run).
+      const watchOpen = (r: { method: string; path: string; query: string }) =>
+        r.method === "GET" && r.path.endsWith("/sandboxclaims") && /[?&]watch=(true|1)\b/.test(r.query);
+      await until(async () => standIn.requests.some(watchOpen), "kubectl's watch on the claims to open");
       running = dispatcher(t, env).run(stop.signal);
       const seen = await sendAndWait(
         t.client,

@@ -130,14 +130,17 @@ function watchStream(c: Ctx, deps: ApiDeps, type: ResourceType, namespace: strin
           .filter(relevant)
           .map((e) => ({ type: e.type, object: e.object }));
   const timeoutSeconds = Number(c.req.query("timeoutSeconds") ?? "1800");
+  const table = wantsTable(c);
   const encoder = new TextEncoder();
   let unsubscribe = () => {};
   const stop = new AbortController();
   const stream = new ReadableStream<Uint8Array>({
     start(controller) {
       const send = (event: { type: string; object: unknown }) => {
+        // Asked for as=Table (kubectl get --watch), each event carries a one-row Table, as the apiserver sends.
+        const object = table ? tableOf(type, [event.object as KObject], deps.store.resourceVersion) : event.object;
         try {
-          controller.enqueue(encoder.encode(`${JSON.stringify(event)}\n`));
+          controller.enqueue(encoder.encode(`${JSON.stringify({ type: event.type, object })}\n`));
         } catch {
           close();
         }
