@@ -287,47 +287,33 @@ async function restorePack(
 ): Promise<void> {
   const buffer = store.readInto ? buffers.take() : null;
   try {
-    await restorePackFrom(store, pack, placements, writer, forwards, concurrency, buffers, buffer, depth);
+    let bytes: Buffer | null;
+    try {
+      bytes = buffer ? await store.readInto!(packKey(pack), buffer) : await store.get(packKey(pack));
+    } catch (err) {
+      throw new IssueError(toIssue(err, "store_error", placements[0]!.file.path));
+    }
+    if (bytes === null) {
+      // Rewritten by GC: follow the forward to where each chunk lives now.
+      if (depth >= MAX_HOPS) throw issue("chunk_missing", placements[0]!.file.path, `pack ${pack}: too many forwards`);
+      const moved = new Map<string, Placement[]>();
+      for (const p of placements) {
+        const { loc } = await resolveLocation(store, p.loc, async (at) => at !== pack, forwards, p.file.path);
+        getOrMake(moved, loc.pack, () => []).push({ ...p, loc });
+      }
+      for (const [to, group] of moved) await restorePack(store, to, group, writer, forwards, concurrency, buffers, depth + 1);
+      return;
+    }
+    const byFile = new Map<FileEntry, Array<{ at: number; data: Buffer }>>();
+    for (const p of placements) {
+      const data = chunkFromPack(bytes, p.loc, p.file.path);
+      getOrMake(byFile, p.file, () => []).push({ at: p.at, data });
+    }
+    await forEachLimit([...byFile], concurrency, ([file, parts]) => writer.write(file, parts));
   } finally {
     // Every write from this pack's bytes has finished (or failed) by now.
     if (buffer) buffers.give(buffer);
   }
-}
-
-async function restorePackFrom(
-  store: BlobStore,
-  pack: string,
-  placements: Placement[],
-  writer: PlacementWriter,
-  forwards: Map<string, Promise<PackForward | null>>,
-  concurrency: number,
-  buffers: BufferPool,
-  buffer: Buffer | null,
-  depth: number,
-): Promise<void> {
-  let bytes: Buffer | null;
-  try {
-    bytes = buffer ? await store.readInto!(packKey(pack), buffer) : await store.get(packKey(pack));
-  } catch (err) {
-    throw new IssueError(toIssue(err, "store_error", placements[0]!.file.path));
-  }
-  if (bytes === null) {
-    // Rewritten by GC: follow the forward to where each chunk lives now.
-    if (depth >= MAX_HOPS) throw issue("chunk_missing", placements[0]!.file.path, `pack ${pack}: too many forwards`);
-    const moved = new Map<string, Placement[]>();
-    for (const p of placements) {
-      const { loc } = await resolveLocation(store, p.loc, async (at) => at !== pack, forwards, p.file.path);
-      getOrMake(moved, loc.pack, () => []).push({ ...p, loc });
-    }
-    for (const [to, group] of moved) await restorePack(store, to, group, writer, forwards, concurrency, buffers, depth + 1);
-    return;
-  }
-  const byFile = new Map<FileEntry, Array<{ at: number; data: Buffer }>>();
-  for (const p of placements) {
-    const data = chunkFromPack(bytes, p.loc, p.file.path);
-    getOrMake(byFile, p.file, () => []).push({ at: p.at, data });
-  }
-  await forEachLimit([...byFile], concurrency, ([file, parts]) => writer.write(file, parts));
 }
 
 async function fetchChunk(store: BlobStore, path: string, ref: ChunkRef): Promise<Buffer> {
