@@ -11,6 +11,7 @@
  * tested against the real Worker in workerd (test/cloud/cloudflare-*egress.test.ts).
  */
 
+import { REMOTE_SANDBOX_DRIVERS } from "@openma/cli/remote-sandboxes";
 import { blaxelConfigFromEnv, createBlaxelDriver } from "@openma/driver-blaxel";
 import { boxRunConfigFromEnv, createBoxRunDriver } from "@openma/driver-boxrun";
 import { cloudflareConfigFromEnv, createCloudflareDriver } from "@openma/driver-cloudflare";
@@ -33,19 +34,9 @@ import { startSpritesStandIn } from "@openma/standin-sprites";
 import { startSuperserveStandIn } from "@openma/standin-superserve";
 import { startVercelStandIn } from "@openma/standin-vercel";
 
-export const VENDORS = [
-  "e2b",
-  "daytona",
-  "sprites",
-  "blaxel",
-  "vercel",
-  "modal",
-  "superserve",
-  "boxrun",
-  "cloudflare-bridge",
-  "cloudflare",
-] as const;
-export type Vendor = (typeof VENDORS)[number];
+/** Every remote driver but litebox, which is an embedded runtime with no service to stand in for. */
+export type Vendor = Exclude<(typeof REMOTE_SANDBOX_DRIVERS)[number], "litebox">;
+export const VENDORS: readonly Vendor[] = REMOTE_SANDBOX_DRIVERS.filter((d): d is Vendor => d !== "litebox");
 
 export function startVendorStandIn(vendor: Vendor): Promise<CloudStandIn> {
   switch (vendor) {
