@@ -8,7 +8,6 @@
  * exists no revision refers to the new packs, so a crash at any point leaves
  * every published revision as it was.
  */
-import type { FileHandle } from "node:fs/promises";
 import { type BlobStore, sha256Hex } from "@openma/storage/blobs";
 import { BufferPool } from "./buffer-pool.ts";
 import { CHUNKING_ALGORITHM, type ChunkParams, chunkBufferBytes, chunkStream, DEFAULT_CHUNKING, validateChunkParams } from "./chunker.ts";
@@ -29,7 +28,16 @@ import {
 import { type ChunkLocation, DEFAULT_PACK_BYTES, PackBuilder, type PackForward, packKey, parsePack, resolveLocation } from "./packs.ts";
 import { symlinkStaysInside } from "./paths.ts";
 import { loadCheckpointManifest } from "./restore.ts";
-import { describeChange, type FileStamp, fsIssue, openVerified, sameStamp, stampOf, type TreeEntry, walkTree } from "./walk.ts";
+import {
+  describeChange,
+  type FileStamp,
+  fsIssue,
+  openVerifiedFile,
+  sameStamp,
+  type TreeEntry,
+  type VerifiedFile,
+  walkTree,
+} from "./walk.ts";
 
 export interface CheckpointOptions {
   limits?: Partial<CheckpointLimits>;
@@ -400,7 +408,7 @@ async function storeFile(
   buffers: BufferPool,
   afterRead: CheckpointOptions["afterFileRead"],
 ): Promise<StoredFile> {
-  const fh = await openVerified(root, entry);
+  const fh = await openVerifiedFile(root, entry);
   const buffer = buffers.take();
   try {
     const chunks: ChunkRef[] = [];
@@ -411,7 +419,7 @@ async function storeFile(
     }
     await afterRead?.(entry.path);
     // Growth, truncation and rewrites all change the stamp (size or kernel-set ctime).
-    const after = stampOf(await fh.stat({ bigint: true }));
+    const after = fh.stamp();
     if (!sameStamp(entry.stamp, after)) throw issue("changed", entry.path, describeChange(entry.stamp, after));
     if (counter.read !== entry.size) throw issue("changed", entry.path, `read ${counter.read} of ${entry.size} bytes`);
     return { type: "file", path: entry.path, mode: entry.mode, size: entry.size, chunks };
@@ -420,7 +428,7 @@ async function storeFile(
     throw new IssueError(fsIssue(entry.path, err));
   } finally {
     buffers.give(buffer);
-    await fh.close();
+    fh.close();
   }
 }
 
@@ -429,11 +437,11 @@ async function storeFile(
  * followed; growth shows in the stamp check afterwards. Stopping exactly at
  * the size also spares the extra end-of-file read per file.
  */
-function boundedReader(fh: FileHandle, size: number, counter: { read: number }) {
+function boundedReader(fh: VerifiedFile, size: number, counter: { read: number }) {
   return async (buf: Uint8Array, offset: number, length: number): Promise<number> => {
     const allowed = size - counter.read;
     if (allowed <= 0) return 0;
-    const { bytesRead } = await fh.read(buf, offset, Math.min(length, allowed), null);
+    const bytesRead = await fh.read(buf, offset, Math.min(length, allowed));
     counter.read += bytesRead;
     return bytesRead;
   };

@@ -14,7 +14,16 @@ import { forEachLimit } from "./concurrency.ts";
 import { type Issue, type IssueCode, IssueError, issue, toIssue } from "./issues.ts";
 import { guessMimeType } from "./mime.ts";
 import { checkLogicalPath, HEX64, type PathLimits } from "./paths.ts";
-import { describeChange, type FileStamp, fsIssue, openVerified, sameStamp, stampOf, type TreeEntry, walkTree } from "./walk.ts";
+import {
+  describeChange,
+  type FileStamp,
+  fsIssue,
+  openVerifiedFile,
+  sameStamp,
+  type TreeEntry,
+  type VerifiedFile,
+  walkTree,
+} from "./walk.ts";
 
 /** Generous against coarse timestamps (one tick is 1-10 ms) and small clock steps. */
 export const RACY_WINDOW_MS = 2_000;
@@ -234,7 +243,7 @@ export class OutputUploader {
 }
 
 async function readStable(root: string, file: FileEntry, opts: Pick<CollectOptions, "reread" | "afterRead">): Promise<Buffer> {
-  const fh = await openVerified(root, file);
+  const fh = await openVerifiedFile(root, file);
   try {
     // Never more than the listed size, so a runaway writer is not followed; growth shows in the stamps below.
     const first = await readUpTo(fh, file.size);
@@ -242,7 +251,7 @@ async function readStable(root: string, file: FileEntry, opts: Pick<CollectOptio
     // Path first: unlinking the old inode also bumps its ctime, which would read as a mere "modified".
     const now = await lstat(join(root, file.path), { bigint: true });
     if (!now.isFile() || now.ino !== file.stamp.ino) throw issue("changed", file.path, "file was replaced while being read");
-    const after = stampOf(await fh.stat({ bigint: true }));
+    const after = fh.stamp();
     if (!sameStamp(file.stamp, after)) throw issue("changed", file.path, describeChange(file.stamp, after));
     if (first.length !== file.size) throw issue("changed", file.path, `read ${first.length} of ${file.size} bytes`);
     const recent = file.stamp.ctimeNs >= BigInt(Date.now() - RACY_WINDOW_MS) * 1_000_000n;
@@ -254,15 +263,15 @@ async function readStable(root: string, file: FileEntry, opts: Pick<CollectOptio
   } catch (err) {
     throw err instanceof IssueError ? err : new IssueError(fsIssue(file.path, err));
   } finally {
-    await fh.close();
+    fh.close();
   }
 }
 
-async function readUpTo(fh: import("node:fs/promises").FileHandle, max: number, position = 0): Promise<Buffer> {
+async function readUpTo(fh: VerifiedFile, max: number, position = 0): Promise<Buffer> {
   const buf = Buffer.allocUnsafe(max);
   let off = 0;
   while (off < max) {
-    const { bytesRead } = await fh.read(buf, off, max - off, position + off);
+    const bytesRead = await fh.read(buf, off, max - off, position + off);
     if (bytesRead === 0) break;
     off += bytesRead;
   }

@@ -9,7 +9,7 @@
  * falls back to the previous one, never to an empty workspace.
  */
 import { randomBytes } from "node:crypto";
-import { constants } from "node:fs";
+import { constants, fchmodSync } from "node:fs";
 import { chmod, type FileHandle, lstat, mkdir, mkdtemp, open, rename, rm, symlink } from "node:fs/promises";
 import { basename, dirname, join, resolve } from "node:path";
 import { type BlobStore, sha256Hex } from "@openma/storage/blobs";
@@ -238,6 +238,9 @@ class PlacementWriter {
         while (off < data.length) off += (await fh.write(data, off, data.length - off, at + off)).bytesWritten;
         this.bytes.set(file, this.written(file) + data.length);
       }
+      // The last placement sets the mode on the open descriptor: a separate pass of path-based chmods
+      // was one more thread-pool round trip per file (fchmod only touches the in-memory inode).
+      if (this.written(file) === file.size) fchmodSync(fh.fd, file.mode);
     } finally {
       await fh.close();
     }
@@ -272,7 +275,6 @@ async function writePackedFiles(store: BlobStore, files: FileEntry[], staging: s
     restorePack(store, pack, placements, writer, forwards, concurrency, buffers),
   );
   for (const f of files) if (writer.written(f) !== f.size) throw issue("file_corrupt", f.path, "not every chunk of the file was restored");
-  await forEachLimit(files, concurrency, (f) => chmod(join(staging, f.path), f.mode));
 }
 
 async function restorePack(

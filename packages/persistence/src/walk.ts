@@ -7,7 +7,7 @@
  * O_NOFOLLOW and checked against what the walk saw (`openVerified`), so a
  * path swapped for a symlink between the walk and the read is caught.
  */
-import { constants } from "node:fs";
+import { closeSync, constants, open as fsOpen, read as fsRead, fstatSync, readlinkSync } from "node:fs";
 import { type FileHandle, lstat, open, readdir, readlink, realpath } from "node:fs/promises";
 import { join } from "node:path";
 import { type Issue, IssueError } from "./issues.ts";
@@ -179,36 +179,115 @@ export function describeChange(before: FileStamp, after: FileStamp): string {
 const procFd = process.platform === "linux";
 
 /**
+ * A walked file opened for reading, by raw descriptor. Only `open` and `read`
+ * go through the thread pool (they may wait on the disk); `fstat`, the
+ * `/proc/self/fd` readlink and `close` of a read-only descriptor only touch
+ * kernel memory, and run synchronously: a thread-pool round trip costs about
+ * ten times the system call itself, and these were most of a many-file
+ * checkpoint's profile (docs/benchmarks.md, "fewer round trips").
+ */
+export class VerifiedFile {
+  private closed = false;
+
+  constructor(readonly fd: number) {}
+
+  /** Reads into `buf` at `offset`; `position` null reads on from the current offset. */
+  read(buf: Uint8Array, offset: number, length: number, position: number | null = null): Promise<number> {
+    return new Promise((resolve, reject) => {
+      fsRead(this.fd, buf, offset, length, position, (err, bytesRead) => (err ? reject(err) : resolve(bytesRead)));
+    });
+  }
+
+  stamp(): FileStamp {
+    return stampOf(fstatSync(this.fd, { bigint: true }));
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    closeSync(this.fd);
+  }
+}
+
+function openFd(path: string, flags: number): Promise<number> {
+  return new Promise((resolve, reject) => fsOpen(path, flags, (err, fd) => (err ? reject(err) : resolve(fd))));
+}
+
+/** Walked files are opened read-only, never through a final symlink, never blocking on a FIFO swapped in. */
+const OPEN_FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
+
+/**
  * Opens a walked file without following links and proves it is the same inode
  * at the same real location the walk saw. On Linux `/proc/self/fd` names what
  * the descriptor really points at, which also catches a parent directory that
  * was swapped for a symlink after the walk.
  */
-export async function openVerified(root: string, entry: Extract<TreeEntry, { type: "file" }>): Promise<FileHandle> {
+export function openVerified(root: string, entry: Extract<TreeEntry, { type: "file" }>): Promise<FileHandle> {
+  return openChecked(
+    root,
+    entry,
+    (abs) => open(abs, OPEN_FLAGS),
+    (fh) => fh.close(),
+  );
+}
+
+/** `openVerified` by raw descriptor, for the checkpoint's hot loop (see `VerifiedFile`). */
+export function openVerifiedFile(root: string, entry: Extract<TreeEntry, { type: "file" }>): Promise<VerifiedFile> {
+  return openChecked(
+    root,
+    entry,
+    async (abs) => new VerifiedFile(await openFd(abs, OPEN_FLAGS)),
+    (file) => file.close(),
+  );
+}
+
+async function openChecked<T extends { fd: number }>(
+  root: string,
+  entry: Extract<TreeEntry, { type: "file" }>,
+  openIt: (abs: string) => Promise<T>,
+  close: (opened: T) => Promise<void> | void,
+): Promise<T> {
   const abs = join(root, entry.path);
-  let fh: FileHandle;
+  let opened: T;
   try {
-    fh = await open(abs, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+    opened = await openIt(abs);
   } catch (err) {
     throw new IssueError(fsIssue(entry.path, err));
   }
   try {
-    const st = await fh.stat({ bigint: true });
+    await verifyOpened(opened.fd, abs, entry);
+    return opened;
+  } catch (err) {
+    await close(opened);
+    throw err;
+  }
+}
+
+async function verifyOpened(fd: number, abs: string, entry: Extract<TreeEntry, { type: "file" }>): Promise<void> {
+  try {
+    const st = fstatSync(fd, { bigint: true });
     if (!st.isFile()) throw new IssueError({ code: "changed", path: entry.path, message: "entry is no longer a regular file" });
     const now = stampOf(st);
     if (now.dev !== entry.stamp.dev || now.ino !== entry.stamp.ino) {
       throw new IssueError({ code: "changed", path: entry.path, message: "file was replaced after it was listed" });
     }
-    const real = procFd ? await readlink(`/proc/self/fd/${fh.fd}`).catch(() => realpath(abs)) : await realpath(abs);
+    const real = (procFd ? procPath(fd) : null) ?? (await realpath(abs));
     if (real === `${abs} (deleted)`)
       throw new IssueError({ code: "changed", path: entry.path, message: "file was deleted while being read" });
     if (real !== abs) throw new IssueError({ code: "symlink_escape", path: entry.path, message: "file resolves outside its tree" });
     // Freed inode numbers are reused at once, so a replacement can keep the inode: ctime still tells.
     if (!sameStamp(now, entry.stamp))
       throw new IssueError({ code: "changed", path: entry.path, message: describeChange(entry.stamp, now) });
-    return fh;
   } catch (err) {
-    await fh.close();
     throw err instanceof IssueError ? err : new IssueError(fsIssue(entry.path, err));
+  }
+}
+
+/** What the descriptor points at, or null where /proc is not mounted (then realpath answers). */
+function procPath(fd: number): string | null {
+  try {
+    return readlinkSync(`/proc/self/fd/${fd}`);
+  } catch {
+    return null;
   }
 }
