@@ -8,7 +8,7 @@
  * exists no revision refers to the new packs, so a crash at any point leaves
  * every published revision as it was.
  */
-import { type BlobStore, sha256Hex } from "@openma/storage/blobs";
+import { type BlobStore, type PendingPut, sha256Hex } from "@openma/storage/blobs";
 import { BufferPool } from "./buffer-pool.ts";
 import { CHUNKING_ALGORITHM, type ChunkParams, chunkBufferBytes, chunkStream, DEFAULT_CHUNKING, validateChunkParams } from "./chunker.ts";
 import { DEFAULT_CONCURRENCY, forEachLimit, getOrMake } from "./concurrency.ts";
@@ -265,6 +265,8 @@ class PackWriter {
   /** Pack buffers come back here once their pack is written: at most the open pack plus those in flight exist. */
   private readonly packBuffers: BufferPool;
   private readonly seals: Promise<void>[] = [];
+  /** Packs handed to a store with `putPending`, made durable together by `finish` before the manifest is written. */
+  private readonly pending: PendingPut[] = [];
   private failure: unknown = null;
 
   constructor(
@@ -357,7 +359,7 @@ class PackWriter {
     const sealed = open.builder.seal();
     for (const r of open.refs) r.pack = sealed.id;
     this.stats.packs++;
-    const write = putImmutable(this.store, packKey(sealed.id), sealed.bytes).then(
+    const write = this.writePack(packKey(sealed.id), sealed.bytes).then(
       () => this.packBuffers.give(open.builder.backing),
       (err) => {
         this.failure ??= new IssueError(toIssue(err, "store_error"));
@@ -368,16 +370,39 @@ class PackWriter {
     if (this.failure) throw this.failure;
   }
 
+  /**
+   * Where the store can take a write now and make it durable later (`putPending`), a pack's
+   * buffer returns to the pool as soon as the store has its bytes, and no pack's fsync stalls the
+   * reading of the next: `finish` commits them all together. Every pack is durable under its key
+   * before the manifest is written either way, so a crash still leaves no revision naming a
+   * pack that is not.
+   */
+  private async writePack(key: string, bytes: Buffer): Promise<void> {
+    if (!this.store.putPending) {
+      await putImmutable(this.store, key, bytes);
+      return;
+    }
+    const existing = await this.store.get(key);
+    if (existing?.equals(bytes)) return;
+    this.pending.push(await this.store.putPending(key, bytes));
+  }
+
   /** Seals the last pack and waits until every pack is durable. */
   async finish(): Promise<void> {
     if (this.open && this.open.refs.length > 0) await this.seal();
-    await this.settle();
+    await Promise.all(this.seals.splice(0));
     if (this.failure) throw this.failure;
+    const commits = await Promise.allSettled(this.pending.map((p) => p.commit()));
+    const failed = commits.find((c) => c.status === "rejected");
+    // Discarding a committed write finds nothing to remove; the failed ones leave no temporary behind.
+    if (failed) throw new IssueError(toIssue(failed.reason, "store_error"));
+    this.pending.length = 0;
   }
 
-  /** Waits for writes still in flight, so nothing writes after the caller has returned. */
+  /** Waits for writes still in flight and drops uncommitted ones, so nothing writes after the caller has returned. */
   async settle(): Promise<void> {
     await Promise.all(this.seals.splice(0));
+    await Promise.all(this.pending.splice(0).map((p) => p.discard()));
   }
 
   /** Every reused chunk must still be reachable: in its pack, or through the forward GC left when it repacked. */

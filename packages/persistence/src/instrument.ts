@@ -2,7 +2,7 @@
  * A pass-through BlobStore that counts traffic: how tests and the benchmark
  * prove an incremental checkpoint uploads in proportion to the change.
  */
-import type { BlobListing, BlobStore } from "@openma/storage/blobs";
+import type { BlobListing, BlobStore, PendingPut } from "@openma/storage/blobs";
 
 export interface BlobTraffic {
   puts: number;
@@ -18,6 +18,13 @@ export class CountingBlobStore implements BlobStore {
 
   constructor(readonly inner: BlobStore) {
     if (inner.list) this.list = (prefix: string) => inner.list!(prefix);
+    if (inner.putPending) {
+      this.putPending = async (key: string, data: Uint8Array) => {
+        this.traffic.puts++;
+        this.traffic.putBytes += data.length;
+        return inner.putPending!(key, data);
+      };
+    }
     if (inner.readInto) {
       this.readInto = async (key: string, into: Buffer) => {
         this.traffic.gets++;
@@ -29,6 +36,7 @@ export class CountingBlobStore implements BlobStore {
   }
 
   readInto?: (key: string, into: Buffer) => Promise<Buffer | null>;
+  putPending?: (key: string, data: Uint8Array) => Promise<PendingPut>;
 
   static zero(): BlobTraffic {
     return { puts: 0, putBytes: 0, gets: 0, getBytes: 0, exists: 0, deletes: 0 };

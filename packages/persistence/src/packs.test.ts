@@ -156,9 +156,17 @@ describe("packs", () => {
     // In process: the store fails on the second pack write (disk full, connection lost).
     const failing = new CountingBlobStore(t.store);
     let packs = 0;
-    failing.put = async (key, data) => {
+    const failSecondPack = (key: string) => {
       if (key.startsWith(`${PACK_PREFIX}/`) && ++packs === 2) throw new Error("EIO: write failed");
+    };
+    failing.put = async (key, data) => {
+      failSecondPack(key);
       await t.store.put(key, data);
+    };
+    // The local store takes packs as pending writes, committed together before the manifest.
+    failing.putPending = async (key, data) => {
+      failSecondPack(key);
+      return t.store.putPending!(key, data);
     };
     const aborted = await createCheckpoint(failing, ws, { cache: before.cache, packBytes: 1024 * 1024 });
     expect(aborted).toMatchObject({ ok: false, error: { code: "store_error", message: expect.stringMatching(/EIO/) } });
@@ -180,9 +188,9 @@ describe("packs", () => {
       `import { FsBlobStore } from "@openma/storage/blobs";`,
       `import { createCheckpoint } from "${join(import.meta.dirname, "checkpoint.ts")}";`,
       `const store = new FsBlobStore(${JSON.stringify(t.storeRoot)});`,
-      `const put = store.put.bind(store);`,
-      // After the first pack is durable, say so and wait to be killed before anything else is written.
-      `store.put = async (k, d) => { await put(k, d); if (k.startsWith("checkpoint/packs/")) { process.stdout.write("packed\\n"); await new Promise(() => {}); } };`,
+      `const pend = store.putPending.bind(store);`,
+      // After the first pack is committed (durable under its key), say so and wait to be killed before anything else is written.
+      `store.putPending = async (k, d) => { const p = await pend(k, d); return { ...p, commit: async () => { await p.commit(); if (k.startsWith("checkpoint/packs/")) { process.stdout.write("packed\\n"); await new Promise(() => {}); } } }; };`,
       `await createCheckpoint(store, ${JSON.stringify(ws)}, { packBytes: 512 * 1024 });`,
     ].join("\n");
     const child = spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], {

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
@@ -55,6 +55,28 @@ describe("FsBlobStore.readInto", () => {
       expect(fresh?.equals(bytes)).toBe(true);
       expect(small.equals(Buffer.alloc(100))).toBe(true);
       expect(await store.readInto("ns/missing", into)).toBeNull();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("FsBlobStore.putPending", () => {
+  it("places nothing under the key until commit, copies the bytes at once, and leaves no temporary on discard", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "openma-blobs-"));
+    try {
+      const store = new FsBlobStore(dir);
+      const bytes = Buffer.from("pack bytes");
+      const committed = await store.putPending("ns/committed", bytes);
+      bytes.fill(0); // lent only for the call: the store already has its own copy
+      expect(await store.exists("ns/committed")).toBe(false);
+      await committed.commit();
+      expect((await store.get("ns/committed"))?.toString()).toBe("pack bytes");
+      const dropped = await store.putPending("ns/dropped", Buffer.from("never placed"));
+      await dropped.discard();
+      expect(await store.exists("ns/dropped")).toBe(false);
+      expect(await store.list("ns")).toEqual([expect.objectContaining({ key: "ns/committed" })]);
+      expect(readdirSync(join(dir, "ns"))).toEqual(["committed"]);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -33,9 +33,23 @@ export interface BlobStore {
    * `get` is the fallback.
    */
   readInto?(key: string, into: Buffer): Promise<Buffer | null>;
+  /**
+   * `put` in two steps, for a writer with many objects that must all be durable before one last
+   * write (a checkpoint's packs before its manifest): the bytes are handed to the store now
+   * (`data` may be reused once this resolves) but nothing is under `key` until `commit`, which
+   * makes them durable and then places them. `discard` drops an uncommitted write. Optional: `put`
+   * is the fallback. Lets a store flush many objects together instead of stalling on each.
+   */
+  putPending?(key: string, data: Uint8Array): Promise<PendingPut>;
   /** `signal`: the caller gave up (a client gone); a store may stop and leave nothing under the key. */
   putFile?(key: string, staged: StagedBlob, opts?: { signal?: AbortSignal | undefined }): Promise<void>;
   openRead?(key: string, range?: ByteRange): Promise<BlobReader | null>;
+}
+
+/** A write made by `putPending`: not under its key until `commit` resolves. */
+export interface PendingPut {
+  commit(): Promise<void>;
+  discard(): Promise<void>;
 }
 
 export interface BlobListing {
@@ -89,6 +103,31 @@ export class FsBlobStore implements BlobStore {
     const tmp = `${target}.tmp-${randomBytes(6).toString("hex")}`;
     await writeFile(tmp, data, { flush: true });
     await rename(tmp, target);
+  }
+
+  /**
+   * The temporary is written now without waiting for the disk; `commit` fsyncs it and only then
+   * renames it under its key, so a key never names bytes that are not durable (same as `put`).
+   * Commits of many pending writes run together: the disk flushes them as one stream instead of
+   * the writer stalling on each fsync.
+   */
+  async putPending(key: string, data: Uint8Array): Promise<PendingPut> {
+    const target = this.pathOf(key);
+    await mkdir(dirname(target), { recursive: true });
+    const tmp = `${target}.tmp-${randomBytes(6).toString("hex")}`;
+    await writeFile(tmp, data);
+    return {
+      commit: async () => {
+        const fh = await open(tmp, "r+");
+        try {
+          await fh.sync();
+        } finally {
+          await fh.close();
+        }
+        await rename(tmp, target);
+      },
+      discard: () => rm(tmp, { force: true }),
+    };
   }
 
   async putFile(key: string, staged: StagedBlob): Promise<void> {
