@@ -12,6 +12,11 @@
  * sandbox of the session is left. Each run is one OpenTelemetry trace whose
  * spans are the host's named steps (an in-memory exporter stands for the
  * collector).
+ *
+ * With a warm pool (ADR 0032) the same two turns each run in a sandbox the
+ * pool started before the turn's generation existed: the trace says so, the
+ * restored files are there and writable, and once the host is closed
+ * nothing of its pool is left.
  */
 import { createHash } from "node:crypto";
 import { hostname } from "node:os";
@@ -26,8 +31,9 @@ import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-ho
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../support/server.ts";
+import { until } from "../support/until.ts";
 import { allEvents, createSelfHostedEnvironment, endTurnIdle, resultText, sendAndWait } from "../support/worker-e2e.ts";
-import { acquiredRuntimes, activeOutputs, bwrapLeftovers, dockerLeftovers, ResultQueue } from "./support.ts";
+import { acquiredRuntimes, activeOutputs, bwrapLeftovers, dockerHostLeftovers, dockerLeftovers, ResultQueue } from "./support.ts";
 
 const consoleLogger = {
   info: (o: object, m: string) => console.log("INFO", m, JSON.stringify(o)),
@@ -100,7 +106,14 @@ function hostRuns(sessionId: string): string[][] {
     );
 }
 
-describe.each<RuntimeHostDriver>(["bubblewrap", "docker"])("the official worker inside a %s sandbox (ama_worker)", (driver) => {
+const CASES: Array<[RuntimeHostDriver, "cold" | "warm"]> = [
+  ["bubblewrap", "cold"],
+  ["docker", "cold"],
+  ["bubblewrap", "warm"],
+  ["docker", "warm"],
+];
+
+describe.each(CASES)("the official worker inside a %s sandbox (ama_worker, %s)", (driver, start) => {
   let model: ScriptedModel;
   let t: TestServer;
   let rh: RunningRuntimeHost;
@@ -118,7 +131,7 @@ describe.each<RuntimeHostDriver>(["bubblewrap", "docker"])("the official worker 
 
   it("serves two turns in two fresh sandboxes, restoring the workspace and publishing the deliverable", async () => {
     const { client } = t;
-    const env = await createSelfHostedEnvironment(client, `rh-${driver}`);
+    const env = await createSelfHostedEnvironment(client, `rh-${driver}-${start}`);
     rh = await startRuntimeHost({
       driver,
       apiUrl: t.baseURL,
@@ -130,13 +143,18 @@ describe.each<RuntimeHostDriver>(["bubblewrap", "docker"])("the official worker 
       concurrency: 1,
       workerMaxIdleMs: 200,
       onResult: (_ticket, result) => results.push(result),
+      ...(start === "warm" ? { warmPool: { target: 1 } } : {}),
     });
     const agent = await client.beta.agents.create({ name: "hands", model: "claude-test-1", tools: [{ type: "agent_toolset_20260401" }] });
     const session = await client.beta.sessions.create({ agent: agent.id, environment_id: env.id });
+    // A warm run finds its pool full (the pool starts with the host; a turn sent at once would start cold).
+    const poolReady = () => until(async () => start === "cold" || rh.warmPool()?.ready === 1, "a full warm pool");
 
+    await poolReady();
     await sendAndWait(client, session.id, [{ type: "user.message", content: [{ type: "text", text: "FIRST" }] }], endTurnIdle);
     expect(await results.next()).toMatchObject({ type: "completed", generation: 1 });
 
+    await poolReady();
     await sendAndWait(client, session.id, [{ type: "user.message", content: [{ type: "text", text: "SECOND" }] }], endTurnIdle);
     const second = await results.next();
     expect(second).toMatchObject({ type: "completed", generation: 2 });
@@ -174,7 +192,21 @@ describe.each<RuntimeHostDriver>(["bubblewrap", "docker"])("the official worker 
         ]),
       );
 
+    const acquired = acquiredRuntimes(results.all);
+    if (start === "warm") {
+      // Both generations ran in pooled sandboxes, bound after their fence (the trace's order), never the same one.
+      for (const result of results.all) {
+        const trace = result.trace.map((s) => `${s.step}:${s.status}`);
+        expect(trace.indexOf("acquire_fence:ok")).toBeLessThan(trace.indexOf("acquire_compute:ok"));
+        expect(result.trace.filter((s) => s.step === "acquire_compute").map((s) => s.detail)).toEqual([expect.stringMatching(/^warm /)]);
+      }
+      expect(new Set(acquired).size).toBe(2);
+      expect(rh.warmPool()).toMatchObject({ target: 1, claimed: 2 });
+      await rh.close();
+      if (driver === "docker") expect(await dockerHostLeftovers(rh.hostId)).toEqual([]);
+      else expect(await bwrapLeftovers([join(t.store.dataDir, "runtime-host")])).toEqual([]);
+    }
     if (driver === "docker") expect(await dockerLeftovers(session.id)).toEqual([]);
-    else expect(await bwrapLeftovers(acquiredRuntimes(results.all))).toEqual([]);
+    else expect(await bwrapLeftovers(acquired)).toEqual([]);
   });
 });

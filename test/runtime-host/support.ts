@@ -40,9 +40,17 @@ export async function activeOutputs(storage: Pick<Storage, "db" | "blobs">, scop
   return parsed.manifest.entries;
 }
 
-/** Runtime ids the host acquired, from the runs' traces. */
+/** Runtime ids the host acquired (or took from its warm pool: `warm <id>`), from the runs' traces. */
 export function acquiredRuntimes(results: readonly RuntimeRunResult[]): string[] {
-  return results.flatMap((r) => r.trace.filter((s) => s.step === "acquire_compute" && s.status === "ok").map((s) => s.detail ?? ""));
+  return results.flatMap((r) =>
+    r.trace.filter((s) => s.step === "acquire_compute" && s.status === "ok").map((s) => (s.detail ?? "").replace(/^warm /, "")),
+  );
+}
+
+/** Containers (any state) labelled with a runtime host's id: its runs' and its warm pool's. */
+export async function dockerHostLeftovers(hostId: string): Promise<string[]> {
+  const containers = await connectDocker().listContainers({ all: true, filters: { label: [`openma.runtime-host=${hostId}`] } });
+  return containers.map((c) => `${c.Names[0]} ${c.State}`);
 }
 
 /** Containers (any state) labelled with the session. */

@@ -51,6 +51,7 @@ import {
   type HarnessRunner,
   type HarnessRunResult,
   ManagedRuntimeHost,
+  type WarmComputePort,
 } from "@openma/host";
 import { AMA_WORKER_PROFILE, TEST_TIMINGS } from "@openma/host/testing/rig";
 import { RemoteCheckpointWorkspace, RemoteSessionOutputs } from "@openma/remote-bindings";
@@ -480,13 +481,22 @@ export function runtimeParts(storage: TestStorage, scheduler: ManualScheduler, s
  */
 export function runtimeHost(
   parts: RuntimeParts,
-  opts: { name: string; dir: string; sandbox: ManagedSandboxPort; harness: HarnessRunner; fence: HostFence; ports?: HostPorts },
+  opts: {
+    name: string;
+    dir: string;
+    sandbox: ManagedSandboxPort;
+    harness: HarnessRunner;
+    fence: HostFence;
+    ports?: HostPorts;
+    warm?: WarmComputePort;
+  },
 ): ManagedRuntimeHost {
   const { scheduler, store } = parts;
   return new ManagedRuntimeHost({
     fences: opts.fence,
     orphans: parts.orphans,
     sandbox: opts.sandbox,
+    ...(opts.warm ? { warm: opts.warm } : {}),
     workspace: opts.ports?.workspace ?? new FsCheckpointWorkspace({ root: join(opts.dir, `${opts.name}-workspaces`), store }),
     outputs: opts.ports?.outputs ?? new FsSessionOutputs({ root: join(opts.dir, `${opts.name}-outputs`), store, scheduler }),
     harness: opts.harness,

@@ -221,6 +221,8 @@ export interface RuntimeHostConfig {
   apiUrl: string;
   /** Where a cloud runtime's worker reaches the control plane (OPENMA_PUBLIC_URL; default: `apiUrl`). */
   publicUrl: string | undefined;
+  /** This environment's warm pool (OPENMA_WARM_POOL; owner leases and reaping as OPENMA_SANDBOX_LEASE_TTL_MS and _REAP_INTERVAL_MS). */
+  warmPool?: { target: number; leaseTtlMs: number; reapIntervalMs: number } | undefined;
 }
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
@@ -333,6 +335,7 @@ function runtimeHostOf(e: z.infer<typeof schema>): RuntimeHostConfig | undefined
   if (e.ANTHROPIC_ENVIRONMENT_KEY === undefined) {
     throw new Error("invalid configuration: OPENMA_RUNTIME_HOST_ENVIRONMENT_ID needs ANTHROPIC_ENVIRONMENT_KEY (the environment's key)");
   }
+  const warmTarget = e.OPENMA_WARM_POOL?.get(e.OPENMA_RUNTIME_HOST_ENVIRONMENT_ID) ?? 0;
   return {
     environmentId: e.OPENMA_RUNTIME_HOST_ENVIRONMENT_ID,
     environmentKey: e.ANTHROPIC_ENVIRONMENT_KEY,
@@ -342,6 +345,10 @@ function runtimeHostOf(e: z.infer<typeof schema>): RuntimeHostConfig | undefined
     workerMaxIdleMs: e.OPENMA_WORKER_MAX_IDLE_MS,
     apiUrl: e.OPENMA_API_URL ?? `http://127.0.0.1:${e.PORT}`,
     publicUrl: e.OPENMA_PUBLIC_URL,
+    warmPool:
+      warmTarget > 0
+        ? { target: warmTarget, leaseTtlMs: e.OPENMA_SANDBOX_LEASE_TTL_MS, reapIntervalMs: e.OPENMA_SANDBOX_REAP_INTERVAL_MS }
+        : undefined,
   };
 }
 

@@ -27,6 +27,13 @@ describe("runtime host configuration", () => {
       workerMaxIdleMs: undefined,
       apiUrl: "http://127.0.0.1:9000",
     });
+    // OPENMA_WARM_POOL's entry for the host's environment is its pool (docs/warm-pools.md).
+    const pooled = loadConfig({
+      OPENMA_RUNTIME_HOST_ENVIRONMENT_ID: "env_1",
+      ANTHROPIC_ENVIRONMENT_KEY: "sk-ant-env-0123456789",
+      OPENMA_WARM_POOL: "env_1=3,env_2=1",
+    });
+    expect(pooled.runtimeHost?.warmPool).toEqual({ target: 3, leaseTtlMs: 60_000, reapIntervalMs: 30_000 });
     expect(() => loadConfig({ OPENMA_RUNTIME_HOST_ENVIRONMENT_ID: "env 1", ANTHROPIC_ENVIRONMENT_KEY: "sk-ant-env-0123456789" })).toThrow(
       /OPENMA_RUNTIME_HOST_ENVIRONMENT_ID/,
     );

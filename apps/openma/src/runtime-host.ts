@@ -83,5 +83,6 @@ export async function startConfiguredRuntimeHost(options: {
       renewTimeoutMs: Math.floor(ttl / 6),
     },
     workerMaxIdleMs: config.workerMaxIdleMs,
+    ...(config.warmPool ? { warmPool: config.warmPool } : {}),
   });
 }

@@ -9,11 +9,9 @@
  * idle by the stored deadline, or that no record names. A live owner's
  * sandbox is never reaped.
  */
-import { randomBytes } from "node:crypto";
 import type { Logger } from "@openma/api";
 import {
   hasSandboxInventory,
-  type ManagedSandboxLease,
   type ManagedSandboxPort,
   type RuntimeOrphanPort,
   type RuntimeResourceScope,
@@ -22,8 +20,7 @@ import {
   type SandboxOwnershipPort,
   SERVE_LANE,
 } from "@openma/contract";
-import { SandboxReaper } from "@openma/host";
-import { holdLease } from "@openma/leases";
+import { claimSandboxOwner, type SandboxOwnerHandle, SandboxReaper } from "@openma/host";
 import type { Storage } from "@openma/storage";
 import { SqlRuntimeOrphanStore } from "@openma/storage/orphans";
 import { deploymentId, SqlSandboxOwnership } from "@openma/storage/sandbox-owners";
@@ -39,23 +36,8 @@ export interface SandboxOwnershipConfig {
 
 export const DEFAULT_SANDBOX_OWNERSHIP: SandboxOwnershipConfig = { leaseTtlMs: 60_000, reapIntervalMs: 30_000 };
 
-/** One sandbox's owner record, held while the sandbox is this server's. */
-export interface OwnerHandle {
-  /** The owner id written on the sandbox. */
-  readonly id: string;
-  /** Aborted when the lease is lost: a reaper may be taking the sandbox. */
-  readonly signal: AbortSignal;
-  /** Records the driver's lease; false when the record was taken meanwhile. */
-  attach(lease: ManagedSandboxLease): Promise<boolean>;
-  /** The sandbox is used now (moves the stored idle deadline); false when it is no longer ours to use. */
-  touch(idleMs: number): Promise<boolean>;
-  /** A warm pool's sandbox now serves this session: the record moves to its scope (false: no longer ours to use). */
-  rebind(scope: RuntimeResourceScope, idleMs: number): Promise<boolean>;
-  /** The sandbox is gone: stop renewing and delete the record. */
-  release(): Promise<void>;
-  /** The sandbox could not be killed: stop renewing and let the lease lapse now, for a reaper. */
-  abandon(): Promise<void>;
-}
+/** One sandbox's owner record, held while the sandbox is this server's (@openma/host's claimSandboxOwner). */
+export type OwnerHandle = SandboxOwnerHandle;
 
 export interface ServeOwnership {
   readonly deployment: string;
@@ -89,62 +71,22 @@ export async function openServeOwnership(storage: Storage, config: SandboxOwners
 export function serveOwnership(parts: ServeOwnershipParts): ServeOwnership {
   const { port, orphans, deployment, config, logger } = parts;
   const scheduler = parts.scheduler ?? realScheduler;
-  const ttl = config.leaseTtlMs;
-  // Renewed three times per TTL and given up a sixth of it early: a blip of the database is survived, a dead owner is not.
-  const policy = { renewEveryMs: Math.floor(ttl / 3), safetyMarginMs: Math.floor(ttl / 6), renewTimeoutMs: Math.floor(ttl / 6) };
   const quiet = new AbortController().signal;
 
   return {
     deployment,
     labels: { [SANDBOX_OWNER_LABELS.lane]: SERVE_LANE, [SANDBOX_OWNER_LABELS.deployment]: deployment },
-    async claim(scope, driver, idleMs) {
-      const id = `sbo_${randomBytes(12).toString("hex")}`;
-      const record = await port.claim({ id, scope, driver, deployment, leaseTtlMs: ttl, idleMs, signal: quiet });
-      const held = holdLease<string>(
-        {
-          async renew(lease, signal) {
-            try {
-              const result = await port.renew({ id: lease, leaseTtlMs: ttl, signal });
-              return result.type === "renewed"
-                ? { type: "renewed", lease, expiresAt: result.expiresAt }
-                : { type: "lost", reason: "owner lease expired" };
-            } catch (err) {
-              return { type: "transient", error: String(err) };
-            }
-          },
-          // The handle ends the record itself: deleted when the sandbox is gone, expired when it could not be killed.
-          release: async () => {},
-        },
-        { lease: id, expiresAt: record.leaseExpiresAt },
-        policy,
+    claim: (scope, driver, idleMs) =>
+      claimSandboxOwner({
+        port,
+        deployment,
+        driver,
+        scope,
+        leaseTtlMs: config.leaseTtlMs,
+        idleMs,
         scheduler,
-      );
-      void held.ended.then((end) => {
-        if (end.type !== "released") logger.warn({ owner: id, session: scope.sessionId, end }, "lost the owner lease of a session sandbox");
-      });
-      return {
-        id,
-        signal: held.signal,
-        attach: (lease) => port.attach({ id, lease, signal: quiet }),
-        async touch(idle) {
-          if (held.signal.aborted) return false;
-          // A database that does not answer says nothing about the sandbox; the lease decides.
-          return port.touch({ id, idleMs: idle, signal: quiet }).catch(() => true);
-        },
-        async rebind(session, idle) {
-          if (held.signal.aborted) return false;
-          return port.rebind({ id, scope: session, idleMs: idle, signal: quiet });
-        },
-        async release() {
-          await held.release();
-          await port.release({ id, signal: quiet });
-        },
-        async abandon() {
-          await held.release();
-          await port.abandon({ id, signal: quiet });
-        },
-      };
-    },
+        onLost: (end) => logger.warn({ session: scope.sessionId, end }, "lost the owner lease of a session sandbox"),
+      }),
     startReaper(sandbox) {
       if (!hasSandboxInventory(sandbox)) return null;
       const reaper = new SandboxReaper({

@@ -14,6 +14,7 @@ export * from "./fence-lease.ts";
 export * from "./gc.ts";
 export * from "./host.ts";
 export * from "./reaper.ts";
+export * from "./sandbox-owner.ts";
 export * from "./sandbox-reaper.ts";
 export * from "./timings.ts";
 export * from "./types.ts";

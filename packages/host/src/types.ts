@@ -111,10 +111,44 @@ export const DEFAULT_HOST_TIMINGS: HostTimings = {
   fallbackDepth: 50,
 };
 
+/**
+ * Sandboxes started ahead of their sessions (a warm pool, ADR 0032). The host
+ * asks only while it holds the generation's fence, after `/workspace` and the
+ * outputs are materialized, and only for a run's first placement: the port
+ * binds one started sandbox to this scope and these bindings (its owner
+ * record moves to the session; the restored workspace becomes what the
+ * sandbox sees at `/workspace`) or answers a miss, and the host acquires
+ * cold. A claimed sandbox is this generation's compute: hard-killed at the
+ * end like any other, never suspended and never returned.
+ */
+export interface WarmComputePort {
+  claim(input: {
+    scope: RuntimeResourceScope;
+    fence: FenceIdentity;
+    plan: ManagedRuntimePlan;
+    workspace: WorkspaceBinding;
+    outputs: SessionOutputBinding | null;
+    signal: AbortSignal;
+  }): Promise<WarmComputeClaim>;
+}
+
+export type WarmComputeClaim = { type: "claimed"; compute: WarmCompute } | { type: "miss"; reason: string };
+
+export interface WarmCompute {
+  lease: ManagedSandboxLease;
+  /**
+   * After the run's hard kill: `terminated` ends the sandbox's owner record; `not_terminated` (the kill failed and an
+   * orphan record was written) lets it lapse for a reaper. Never throws.
+   */
+  settle(end: "terminated" | "not_terminated"): Promise<void>;
+}
+
 export interface ManagedRuntimeHostDeps {
   fences: RuntimeResourceFencePort;
   orphans: RuntimeOrphanPort;
   sandbox: ManagedSandboxPort;
+  /** Sandboxes started ahead; absent: every placement acquires cold. */
+  warm?: WarmComputePort;
   workspace: WorkspacePersistencePort;
   outputs?: SessionOutputPort;
   runtimeCheckpoint?: RuntimeCheckpointPort;

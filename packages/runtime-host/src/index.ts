@@ -11,5 +11,6 @@ export {
   SANDBOX_PATHS,
   startRuntimeHost,
 } from "./runtime-host.ts";
+export { type RuntimeHostWarmPool, type RuntimeHostWarmPoolOptions, runtimeHostWarmPool } from "./warm-compute.ts";
 export { type RuntimeHostLogger, TicketBoard, WorkLoop, type WorkLoopOptions } from "./work-loop.ts";
 export { buildWorkerBundle, installWorkerBundle, preparedProcesses, REMOTE_LAUNCHER, type WorkerBundle } from "./worker-bundle.ts";

@@ -20,18 +20,21 @@
  */
 import { randomBytes } from "node:crypto";
 import { realpathSync } from "node:fs";
-import { chmod, mkdir, stat } from "node:fs/promises";
+import { chmod, mkdir, rm, stat } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { hostname } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import type {
-  ManagedRuntimeProfile,
-  ManagedSandboxPort,
-  RuntimeResourceFencePort,
-  SandboxProcessPort,
-  SessionOutputPort,
-  WorkspacePersistencePort,
+import {
+  hasSandboxInventory,
+  type ManagedRuntimeProfile,
+  type ManagedSandboxPort,
+  type RuntimeOrphanPort,
+  type RuntimeResourceFencePort,
+  resolveManagedRuntimePlan,
+  type SandboxProcessPort,
+  type SessionOutputPort,
+  type WorkspacePersistencePort,
 } from "@openma/contract";
 import {
   collectRuntimeGarbage,
@@ -45,11 +48,13 @@ import {
   sqlRuntimePorts,
 } from "@openma/host";
 import { type Storage, sha256Hex, systemClock } from "@openma/storage";
-import { SqlSandboxOwnership } from "@openma/storage/sandbox-owners";
+import { deploymentId, SqlSandboxOwnership } from "@openma/storage/sandbox-owners";
 import { realScheduler, type Scheduler } from "@openma/time";
+import type { WarmPoolStats } from "@openma/warm-pool";
 import { AmaWorkerRunner, type WorkTicket } from "./ama-worker-runner.ts";
 import { type ApiBridge, openApiBridge } from "./api-bridge.ts";
 import { openRemoteParts, type RemoteRuntimeHostDriver, remoteProfile } from "./remote.ts";
+import { type RuntimeHostWarmPool, runtimeHostWarmPool } from "./warm-compute.ts";
 import { type RuntimeHostLogger, TicketBoard, WorkLoop } from "./work-loop.ts";
 
 export type RuntimeHostDriver = "bubblewrap" | "docker";
@@ -96,6 +101,12 @@ export interface RuntimeHostOptions {
    */
   gc?: { intervalMs: number; keepPrevious: number; graceMs: number } | false;
   onResult?: (ticket: WorkTicket, result: RuntimeRunResult) => void;
+  /**
+   * A warm pool for this environment's runs (warm-compute.ts, ADR 0032): `target` sandboxes started ahead, each
+   * owned by a record in the database that lapses `leaseTtlMs` (default 60 s) after this process dies; the pool's
+   * reaper looks every `reapIntervalMs` (default 30 s). Needs a driver that lists what it holds.
+   */
+  warmPool?: { target: number; leaseTtlMs?: number; reapIntervalMs?: number };
   /** Wraps the host's fence and workspace ports (`openma serve` times and counts them for metrics). */
   instrument?: RuntimeHostInstruments;
 }
@@ -112,6 +123,8 @@ export interface RunningRuntimeHost {
   readonly hostId: string;
   readonly host: ManagedRuntimeHost;
   readonly sandbox: ManagedSandboxPort;
+  /** The warm pool's counts; null without one. */
+  warmPool(): WarmPoolStats | null;
   close(): Promise<void>;
 }
 
@@ -187,10 +200,12 @@ export async function startRuntimeHost(options: RuntimeHostOptions): Promise<Run
   const ported = parts.ports(stateDir);
   const workspace = options.instrument?.workspace?.(ported.workspace) ?? ported.workspace;
   const { outputs } = ported;
+  const warm = await openWarmPool(options, parts.sandbox, stateDir, orphans, scheduler);
   const host = new ManagedRuntimeHost({
     fences,
     orphans,
     sandbox: parts.sandbox,
+    ...(warm ? { warm: warm.port } : {}),
     workspace,
     outputs,
     harness: runner,
@@ -224,6 +239,11 @@ export async function startRuntimeHost(options: RuntimeHostOptions): Promise<Run
     onError: (err) => options.logger.warn({ err: String(err) }, "orphan reaping failed"),
   });
   reaper.start();
+  if (warm !== null) {
+    const planned = resolveManagedRuntimePlan(parts.profile, host.capabilities);
+    if (planned.type === "planned") warm.start(planned.plan);
+    else options.logger.warn({ err: planned.error.message }, "no warm pool: the host cannot plan its own profile");
+  }
   const loop = new WorkLoop({
     apiUrl: options.apiUrl,
     environmentId: options.environmentId,
@@ -245,8 +265,10 @@ export async function startRuntimeHost(options: RuntimeHostOptions): Promise<Run
     hostId,
     host,
     sandbox: parts.sandbox,
+    warmPool: () => warm?.stats() ?? null,
     async close() {
       await loop.stop();
+      await warm?.close();
       await reaper.stop();
       await parts.close();
       await bridge?.close();
@@ -274,7 +296,8 @@ async function openDriver(
   };
   if (driver === "bubblewrap") {
     const { BubblewrapSandbox, bubblewrapProcesses } = await import("@openma/driver-bubblewrap");
-    const sandbox = new BubblewrapSandbox({ rootfs: manifest.manifest.base.rootfs, binds });
+    // Labelled with this host: the warm pool's reaper lists only this host's runtimes.
+    const sandbox = new BubblewrapSandbox({ rootfs: manifest.manifest.base.rootfs, binds, labels: { [HOST_LABEL]: hostId } });
     return {
       ...local,
       sandbox,
@@ -314,6 +337,42 @@ async function openDriver(
     needsTraversal: false,
     close: async () => {},
   };
+}
+
+/** The configured warm pool over the driver, or null (none asked for, or a driver that cannot list what it holds). */
+async function openWarmPool(
+  options: RuntimeHostOptions,
+  sandbox: ManagedSandboxPort,
+  stateDir: string,
+  orphans: RuntimeOrphanPort,
+  scheduler: Scheduler,
+): Promise<RuntimeHostWarmPool | null> {
+  const config = options.warmPool;
+  if (config === undefined || config.target === 0) return null;
+  if (!hasSandboxInventory(sandbox)) {
+    options.logger.warn({}, "no warm pool: the driver cannot list what it holds, so no reaper could judge pooled sandboxes");
+    return null;
+  }
+  const local = typeof options.driver !== "object";
+  const root = local ? join(stateDir, "warm") : null;
+  if (root !== null) {
+    // Slots of an earlier process: their sandboxes were swept at start, their directories go now.
+    await rm(root, { recursive: true, force: true });
+    await mkdir(root, { recursive: true, mode: 0o711 });
+  }
+  return runtimeHostWarmPool({
+    sandbox,
+    environmentId: options.environmentId,
+    target: config.target,
+    root,
+    ownership: new SqlSandboxOwnership(options.storage.db, { clock: scheduler }),
+    orphans,
+    deployment: await deploymentId(options.storage.db),
+    leaseTtlMs: config.leaseTtlMs ?? 60_000,
+    reapIntervalMs: config.reapIntervalMs ?? 30_000,
+    scheduler,
+    onError: (err, where) => options.logger.warn({ ...where, err: String(err) }, "warm pool"),
+  });
 }
 
 /** The SDK's node_modules directory, bound read-only into sandboxes (its dependencies resolve from there). */

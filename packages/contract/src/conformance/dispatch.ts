@@ -9,7 +9,7 @@ export const DISPATCH_ROWS: readonly DriverConformance[] = [
     implemented: true,
     package: "packages/dispatch-gke",
     summary:
-      "GKE dispatch (poll_unacked_then_dispatch): a dispatcher polls a self-hosted environment's unacked Work and binds each session item to a warm agent-sandbox pod through a SandboxClaim; the official worker in the pod acknowledges, heartbeats and stops the item.",
+      "GKE dispatch (poll_unacked_then_dispatch): a dispatcher polls a self-hosted environment's unacked Work and binds each session item to a warm agent-sandbox pod through a SandboxClaim, acknowledges the item with the item's own token right before the hand-off (ADR 0031), and starts the official worker in the pod, which serves the turn, heartbeats and stops the item.",
     capabilities: {
       provider: "gke-agent-sandbox",
       lanes: ["ama_worker"],
@@ -35,7 +35,7 @@ export const DISPATCH_ROWS: readonly DriverConformance[] = [
     notes: [
       "Not a driver `openma serve` loads: `openma-dispatch-gke` runs beside the control plane with the environment key and a kubeconfig (KUBECONFIG, ~/.kube/config or in-cluster), and the pods run the `ama_worker` launcher. The pod's /workspace is the container's own and goes with the claim.",
       "One SandboxClaim per dispatch attempt, named by Work id and attempt, labelled with environment, session, Work and attempt; the hand-off (pods/exec, the item's work secret on stdin only) is recorded on the claim, so a dispatcher killed before it reuses its claim, a Work the pod did not take gets a new attempt, and past the cap (`OPENMA_GKE_MAX_DISPATCHES`, default 3) the Work is force-stopped. Claims of stopped Work and stale claims of a session are deleted (docs/dispatch.md, ADR 0025).",
-      "Tested against the Kubernetes stand-in (packages/standins/kubernetes: the upstream agent-sandbox CRDs, v1beta1 only, pods/exec, watch, an emulated controller over real containers) with `@kubernetes/client-node` and Debian's kubectl: kill -9 of the dispatcher, claim reuse, reaping and the cap. Not yet shown end to end: a turn served by the worker in the pod (docs/dispatch.md, Status).",
+      "Tested against the Kubernetes stand-in (packages/standins/kubernetes: the upstream agent-sandbox CRDs, v1beta1 only, pods/exec, watch, an emulated controller over real containers) with `@kubernetes/client-node` and Debian's kubectl: kill -9 of the dispatcher, claim reuse, reaping and the cap. End to end in test/e2e/gke-dispatch.test.ts: the official SDK creates a session on a self-hosted environment, the dispatcher binds a warm pod, acks the item and hands it off, the official worker in the pod serves the turn's bash tool, and the claim is deleted at the end while kubectl's watch sees it live, then gone (docs/dispatch.md).",
     ],
   },
   {

@@ -3,6 +3,10 @@
  * compute half of cleanup (`suspend_compute` / `terminate_compute` /
  * `enqueue_orphan`).
  *
+ * A sandbox from a warm pool (`deps.warm`, ADR 0032) is asked for only here,
+ * under the held fence and after the workspace was restored, and is killed
+ * at the end like any compute (never suspended, never returned).
+ *
  * A previously published runtime checkpoint is only an optimization: it is
  * restored only if `assessRestorableCheckpoint` accepts it for this
  * generation, this harness build and the workspace candidate just restored,
@@ -27,6 +31,7 @@ import {
 } from "@openma/contract";
 import { describeError, fail, ok, type RunContext, type RunEnd, type Step } from "../context.ts";
 import { withinDeadline } from "../deadline.ts";
+import type { WarmCompute } from "../types.ts";
 
 export interface Placement {
   attempt: number;
@@ -56,6 +61,8 @@ type Bindings = Omit<Placement, "lease">;
 export async function acquireCompute(ctx: RunContext, bindings: Bindings): Promise<Step<ManagedSandboxLease>> {
   const restored = await restoreRuntimeCheckpoint(ctx, bindings.restored);
   if (restored !== null) return ok(restored);
+  const warm = await claimWarm(ctx, bindings);
+  if (warm !== null) return warm;
   return ctx.guard("acquire_compute", async () => {
     const result = await ctx.deps.sandbox.acquire({
       scope: ctx.scope,
@@ -106,8 +113,52 @@ async function restoreRuntimeCheckpoint(ctx: RunContext, workspace: WorkspaceCan
   return null;
 }
 
-function adoptCompute(ctx: RunContext, lease: ManagedSandboxLease): void {
-  ctx.cleanup.push((end) => releaseCompute(ctx, lease, end));
+/**
+ * A sandbox from the warm pool, or `null` to acquire cold. Asked only under the held fence (the fence is the
+ * transaction's first acquisition), for the first placement, and never for a retained runtime (a pooled sandbox is
+ * killed at the end, not kept). A miss means a cold start; a claim that throws may have spoiled the bindings (a
+ * half-moved workspace), so the run fails instead (it published nothing; the next generation restores afresh).
+ */
+async function claimWarm(ctx: RunContext, bindings: Bindings): Promise<Step<ManagedSandboxLease> | null> {
+  const warm = ctx.deps.warm;
+  if (warm === undefined || bindings.attempt !== 1 || ctx.plan.workspace.strategy === "retained_runtime") return null;
+  // Interrupted: the cold path's guard reports it.
+  if (ctx.interruption("acquire_compute") !== null) return null;
+  try {
+    const claiming = warm
+      .claim({
+        scope: ctx.scope,
+        fence: ctx.identity,
+        plan: ctx.plan,
+        workspace: bindings.workspace,
+        outputs: bindings.outputs,
+        signal: ctx.signal,
+      })
+      .then((claim) => {
+        // Adopted even when the answer comes after the grace period: the (then closed) cleanup stack kills it at once.
+        if (claim.type === "claimed") adoptCompute(ctx, claim.compute.lease, claim.compute);
+        return claim;
+      });
+    const claim = await ctx.untilGrace(claiming);
+    if (claim.type === "claimed") {
+      ctx.trace.add("acquire_compute", "ok", `warm ${claim.compute.lease.runtimeId}`);
+      return ok(claim.compute.lease);
+    }
+    ctx.trace.add("acquire_compute", "skipped", `no warm sandbox (${claim.reason}); cold start`);
+    return null;
+  } catch (err) {
+    const end = ctx.interruption("acquire_compute") ?? {
+      type: "failed",
+      stage: "acquire_compute",
+      error: `warm pool: ${describeError(err)}`,
+    };
+    ctx.trace.add("acquire_compute", end.type, `warm pool: ${describeError(err)}`);
+    return fail(end);
+  }
+}
+
+function adoptCompute(ctx: RunContext, lease: ManagedSandboxLease, warm?: WarmCompute): void {
+  ctx.cleanup.push((end) => releaseCompute(ctx, lease, end, warm));
 }
 
 export function attach(ctx: RunContext, placement: Placement): Promise<Step<void>> {
@@ -133,16 +184,18 @@ const STOP_REASON: Record<RunEnd["type"], SandboxStopReason> = {
  * worse than a cold start next time. Each call gets its own bound, so a
  * retained runtime's cleanup waits at most twice `terminateTimeoutMs`.
  */
-async function releaseCompute(ctx: RunContext, lease: ManagedSandboxLease, end: RunEnd): Promise<void> {
-  const retain = end.type === "completed" && ctx.plan.workspace.strategy === "retained_runtime";
+async function releaseCompute(ctx: RunContext, lease: ManagedSandboxLease, end: RunEnd, warm?: WarmCompute): Promise<void> {
+  const retain = warm === undefined && end.type === "completed" && ctx.plan.workspace.strategy === "retained_runtime";
   if (retain && (await suspend(ctx, lease))) return;
   const error = await terminate(ctx, lease, end);
   if (error === null) {
     ctx.summary.compute = "terminated";
+    await warm?.settle("terminated");
     return;
   }
   const reason: OrphanReason = retain ? "suspend_failed" : end.type === "lease_lost" ? "lease_lost" : "terminate_failed";
   await enqueueOrphan(ctx, lease, reason, error);
+  await warm?.settle("not_terminated");
 }
 
 async function suspend(ctx: RunContext, lease: ManagedSandboxLease): Promise<boolean> {
