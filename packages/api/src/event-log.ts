@@ -56,7 +56,7 @@ export async function appendEvents(
 ): Promise<AppendResult> {
   if (opts.trx) return appendIn(opts.trx, deps, sessionId, drafts);
   const result = await deps.storage.db.transaction().execute((trx) => appendIn(trx, deps, sessionId, drafts));
-  if (result.appended.length > 0) await notifySession(deps, sessionId);
+  if (result.appended.length > 0) await notifyAppended(deps, sessionId);
   return result;
 }
 
@@ -71,6 +71,15 @@ export async function notifySession(deps: EventLogDeps, sessionId: string): Prom
   } catch (err) {
     deps.logger?.warn({ err: (err as Error).message, session_id: sessionId }, "session notification failed");
   }
+}
+
+/**
+ * What a writer calls after committing a transaction that appended events:
+ * on a transactional bus the append already queued the wake-up for its
+ * commit (see `reserveSeqs`), so only a non-transactional bus publishes here.
+ */
+export async function notifyAppended(deps: EventLogDeps, sessionId: string): Promise<void> {
+  if (!deps.storage.bus.publishOnCommit) await notifySession(deps, sessionId);
 }
 
 /**
@@ -92,13 +101,32 @@ export async function lockSession(trx: Transaction<Database>, sessionId: string)
 // Postgres caps a statement at 65535 bind parameters; 8 per row keeps chunks far below.
 const INSERT_CHUNK = 500;
 
+/**
+ * One statement that takes the session row's write lock (as `lockSession`),
+ * reserves `count` seqs by moving `last_seq` past them and, on a
+ * transactional bus, queues the session's wake-up for the commit. Returns
+ * the row as it was before the reservation. Throws 404 when absent.
+ */
+async function reserveSeqs(trx: Transaction<Database>, deps: EventLogDeps, sessionId: string, count: number): Promise<SessionRow> {
+  const notice = deps.storage.bus.publishOnCommit;
+  const reserve = trx
+    .updateTable("sessions")
+    .set((eb) => ({ last_seq: eb("last_seq", "+", count) }))
+    .where("id", "=", sessionId)
+    .returningAll();
+  const row = await (notice ? reserve.returning(notice(sessionTopic(sessionId)).as("notified")) : reserve).executeTakeFirst();
+  if (!row) throw notFound("session", sessionId);
+  const { notified: _notified, ...session } = row as SessionRow & { notified?: unknown };
+  return { ...session, last_seq: session.last_seq - count };
+}
+
 async function appendIn(
   trx: Transaction<Database>,
   deps: EventLogDeps,
   sessionId: string,
   drafts: readonly EventDraft[],
 ): Promise<AppendResult> {
-  const session = await lockSession(trx, sessionId);
+  const session = await reserveSeqs(trx, deps, sessionId, drafts.length);
   // Checked under the lock: a concurrent append with the same key has committed or not started.
   const known = await storedByDedupeKey(trx, sessionId, drafts);
   const nowMs = deps.clock.now();
@@ -130,7 +158,6 @@ async function appendIn(
     events.push(event);
     appended.push(event);
   }
-  if (rows.length === 0) return { events, appended };
   for (let i = 0; i < rows.length; i += INSERT_CHUNK) {
     await trx
       .insertInto("session_events")
@@ -138,11 +165,16 @@ async function appendIn(
       .execute();
   }
   const projected = projectEvents(session, appended, processedAt);
-  await trx
-    .updateTable("sessions")
-    .set(projected ? { last_seq: seq, ...projected } : { last_seq: seq })
-    .where("id", "=", sessionId)
-    .execute();
+  // Drafts already in the log used no seq: give back what was reserved for them, so seq stays gap-free.
+  const reservedUpTo = session.last_seq + drafts.length;
+  if (projected || seq !== reservedUpTo) {
+    await trx
+      .updateTable("sessions")
+      .set(projected ? { last_seq: seq, ...projected } : { last_seq: seq })
+      .where("id", "=", sessionId)
+      .execute();
+  }
+  if (rows.length === 0) return { events, appended };
   if (projected) await recordStatusChange(trx, sessionId, session.status === "running", projected.status === "running", nowMs);
   await recordWebhookEvents(
     trx,

@@ -9,12 +9,21 @@
  * several `openma serve` processes sharing one database see each other.
  */
 import { EventEmitter } from "node:events";
+import { type RawBuilder, sql } from "kysely";
 import pg from "pg";
 
 export type Unsubscribe = () => void;
 
 export interface ChangeBus {
   publish(topic: string): Promise<void>;
+  /**
+   * An SQL expression that publishes `topic` when the transaction running it
+   * commits (and never if it rolls back), for a bus whose publish is itself
+   * transactional. A writer folds it into a statement it runs anyway and skips
+   * the publish after its commit: no extra round trip, and readers are woken
+   * by the commit itself. Absent: publish after the commit.
+   */
+  readonly publishOnCommit?: (topic: string) => RawBuilder<unknown>;
   /** `cb` runs on every publish to `topic`, and after a reconnect (missed wake-ups). */
   subscribe(topic: string, cb: () => void): Unsubscribe;
   /**
@@ -151,6 +160,9 @@ export class PostgresBus implements ChangeBus {
     await this.pool.query("select pg_notify($1, $2)", [CHANNEL, topic]);
   }
 
+  /** NOTIFY inside a transaction is queued and delivered by Postgres at commit, dropped on rollback. */
+  readonly publishOnCommit = (topic: string): RawBuilder<unknown> => sql`pg_notify(${CHANNEL}, ${topic})`;
+
   subscribe(topic: string, cb: () => void): Unsubscribe {
     return this.topics.on(topic, cb);
   }
@@ -168,4 +180,20 @@ export class PostgresBus implements ChangeBus {
     this.closed = true;
     await this.listener?.end().catch(() => {});
   }
+}
+
+/**
+ * Publishes `topics` when `trx` commits, in one statement, if the bus is
+ * transactional (see `ChangeBus.publishOnCommit`); returns false when it is
+ * not, and the caller then publishes after its commit.
+ */
+export async function publishOnCommitIn(
+  bus: ChangeBus,
+  trx: Parameters<RawBuilder<unknown>["execute"]>[0],
+  topics: readonly string[],
+): Promise<boolean> {
+  const notice = bus.publishOnCommit;
+  if (!notice) return false;
+  if (topics.length > 0) await sql`select ${sql.join(topics.map((topic) => notice(topic)))}`.execute(trx);
+  return true;
 }
