@@ -3,7 +3,9 @@
  * of its session (allocated by bumping `sessions.last_seq` under the session
  * row's lock, in the appending transaction), a `sevt_` id and `processed_at`.
  * Readers (list, SSE) page by `seq`; live readers are woken through the change
- * bus topic `sessionTopic(id)` after commit and re-read the table themselves.
+ * bus topic `sessionTopic(id)` once the append committed (on Postgres by the
+ * commit itself: the appending statement queues a transactional NOTIFY) and
+ * re-read the table themselves.
  *
  * The session body is kept a projection of the log here, in one place: status
  * events move `status`, `user.define_outcome` opens an outcome evaluation (its
@@ -13,7 +15,7 @@
  */
 import { type Database, type SessionRow, toIso } from "@openma/storage";
 import { recordWebhookEvents, sessionWebhookChanges } from "@openma/webhooks";
-import type { Kysely, Transaction } from "kysely";
+import { type Kysely, sql, type Transaction } from "kysely";
 import type { ApiDeps } from "./context.ts";
 import { notFound } from "./errors.ts";
 import type { EventDraft, SessionEvent } from "./schemas/events.ts";
@@ -37,7 +39,7 @@ export interface AppendResult {
 export interface AppendOptions {
   /**
    * Append inside the caller's transaction. The caller must then call
-   * `notifySession` after its commit (a wake-up before commit would let a
+   * `notifyAppended` after its commit (a wake-up before commit would let a
    * reader look before the rows are visible).
    */
   trx?: Transaction<Database>;
@@ -101,23 +103,34 @@ export async function lockSession(trx: Transaction<Database>, sessionId: string)
 // Postgres caps a statement at 65535 bind parameters; 8 per row keeps chunks far below.
 const INSERT_CHUNK = 500;
 
+interface Reserved {
+  /** The session row as it was before the reservation. */
+  session: SessionRow;
+  /** Whether any webhook endpoint is enabled (else the outbox has nothing to write). */
+  webhooks: boolean;
+}
+
 /**
  * One statement that takes the session row's write lock (as `lockSession`),
- * reserves `count` seqs by moving `last_seq` past them and, on a
- * transactional bus, queues the session's wake-up for the commit. Returns
- * the row as it was before the reservation. Throws 404 when absent.
+ * reserves `count` seqs by moving `last_seq` past them, tells whether any
+ * webhook endpoint is enabled and, on a transactional bus, queues the
+ * session's wake-up for the commit: one round trip where there were four.
+ * Throws 404 when the session is absent.
  */
-async function reserveSeqs(trx: Transaction<Database>, deps: EventLogDeps, sessionId: string, count: number): Promise<SessionRow> {
+async function reserveSeqs(trx: Transaction<Database>, deps: EventLogDeps, sessionId: string, count: number): Promise<Reserved> {
   const notice = deps.storage.bus.publishOnCommit;
   const reserve = trx
     .updateTable("sessions")
     .set((eb) => ({ last_seq: eb("last_seq", "+", count) }))
     .where("id", "=", sessionId)
-    .returningAll();
+    .returningAll()
+    .returning(
+      sql<number>`case when exists (select 1 from webhook_endpoints where state = 'enabled') then 1 else 0 end`.as("enabled_webhooks"),
+    );
   const row = await (notice ? reserve.returning(notice(sessionTopic(sessionId)).as("notified")) : reserve).executeTakeFirst();
   if (!row) throw notFound("session", sessionId);
-  const { notified: _notified, ...session } = row as SessionRow & { notified?: unknown };
-  return { ...session, last_seq: session.last_seq - count };
+  const { notified: _notified, enabled_webhooks, ...session } = row as SessionRow & { notified?: unknown; enabled_webhooks: unknown };
+  return { session: { ...session, last_seq: session.last_seq - count }, webhooks: Number(enabled_webhooks) > 0 };
 }
 
 async function appendIn(
@@ -126,7 +139,7 @@ async function appendIn(
   sessionId: string,
   drafts: readonly EventDraft[],
 ): Promise<AppendResult> {
-  const session = await reserveSeqs(trx, deps, sessionId, drafts.length);
+  const { session, webhooks } = await reserveSeqs(trx, deps, sessionId, drafts.length);
   // Checked under the lock: a concurrent append with the same key has committed or not started.
   const known = await storedByDedupeKey(trx, sessionId, drafts);
   const nowMs = deps.clock.now();
@@ -176,11 +189,14 @@ async function appendIn(
   }
   if (rows.length === 0) return { events, appended };
   if (projected) await recordStatusChange(trx, sessionId, session.status === "running", projected.status === "running", nowMs);
-  await recordWebhookEvents(
-    trx,
-    deps,
-    rows.flatMap((row) => sessionWebhookChanges(sessionId, row)),
-  );
+  // Written in this transaction when an endpoint is enabled; without one there is nothing to ask the outbox.
+  if (webhooks) {
+    await recordWebhookEvents(
+      trx,
+      deps,
+      rows.flatMap((row) => sessionWebhookChanges(sessionId, row)),
+    );
+  }
   return { events, appended };
 }
 
