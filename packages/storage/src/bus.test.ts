@@ -75,3 +75,44 @@ describe.each(BACKENDS)("publishing with a commit on %s", (dialect) => {
     }
   });
 });
+
+describe("Postgres bus channels", () => {
+  it("keep each schema's wake-ups to the storages of that schema", async () => {
+    const [a, b] = await Promise.all([openTestStorage("postgres"), openTestStorage("postgres")]);
+    try {
+      const seenByB: string[] = [];
+      let bWoke = () => {};
+      const off = b.storage.bus.subscribe("execution:pending", () => {
+        seenByB.push("execution:pending");
+        bWoke();
+      });
+      const seenByA = new Promise<void>((resolve) => {
+        const offA = a.storage.bus.subscribe("execution:pending", () => {
+          offA();
+          resolve();
+        });
+      });
+      await a.storage.bus.publish("execution:pending");
+      await seenByA;
+      // Postgres hands queued notifications to each listener in commit order: B's own marker comes after A's publish.
+      const marker = new Promise<void>((resolve) => {
+        const offMarker = b.storage.bus.subscribe("marker", () => {
+          offMarker();
+          resolve();
+        });
+      });
+      await b.storage.bus.publish("marker");
+      await marker;
+      expect(seenByB).toEqual([]);
+      const woke = new Promise<void>((resolve) => {
+        bWoke = resolve;
+      });
+      await b.storage.bus.publish("execution:pending");
+      await woke;
+      expect(seenByB).toEqual(["execution:pending"]);
+      off();
+    } finally {
+      await Promise.all([a.cleanup(), b.cleanup()]);
+    }
+  });
+});
