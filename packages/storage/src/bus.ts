@@ -5,7 +5,8 @@
  * duplicated wake-up costs a query, never an event.
  *
  * SQLite is single-process, so an in-process emitter suffices. On Postgres
- * every process LISTENs on one channel and publishes with pg_notify, so
+ * every process LISTENs on its schema's channel and publishes with pg_notify
+ * (inside the writing transaction where it can: delivered at commit), so
  * several `openma serve` processes sharing one database see each other.
  */
 import { createHash } from "node:crypto";
