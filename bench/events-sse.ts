@@ -2,7 +2,8 @@
  * Event log + SSE benchmark, on each storage backend:
  *   1. throughput: events appended through the event log and delivered to an
  *      SSE client per second, against raw single-row inserts per second into
- *      the same database (the floor of any durable append);
+ *      the same database (the floor of any durable append); the two run in
+ *      alternating blocks so both see the same machine load;
  *   2. latency: p50/p99 append→delivery with 100 SSE subscribers on one
  *      session, against the p50/p99 of one raw insert.
  * Run: npx tsx bench/events-sse.ts [events=2000] [subscribers=100]
@@ -10,10 +11,11 @@
 import { cpus } from "node:os";
 import { Stream } from "@anthropic-ai/sdk/core/streaming";
 import type { Dialect } from "@openma/storage";
-import { BACKENDS } from "@openma/storage/testing";
 import { sql } from "kysely";
 import { appendEvents } from "../packages/api/src/event-log.ts";
 import { startTestServer, type TestServer } from "../test/support/server.ts";
+import { backends } from "./backends.ts";
+import { reportRatioAtLeast, reportTarget } from "./report.ts";
 
 const EVENTS = Number(process.argv[2] ?? 2000);
 const SUBSCRIBERS = Number(process.argv[3] ?? 100);
@@ -27,6 +29,8 @@ interface Subscriber {
   /** Resolves when `count` events arrived; records each arrival time. */
   done: Promise<void>;
   arrivals: Array<{ text: string; at: number }>;
+  /** Resolves once `n` events arrived. */
+  reached(n: number): Promise<void>;
   close(): void;
 }
 
@@ -37,24 +41,29 @@ async function subscribe(t: TestServer, sessionId: string, count: number): Promi
     signal: controller.signal,
   });
   const arrivals: Subscriber["arrivals"] = [];
+  const waiters: Array<{ n: number; resolve: () => void }> = [];
   const done = (async () => {
     for await (const message of Stream.rawEvents(response, controller)) {
       const event = JSON.parse(message.data) as { content?: Array<{ text: string }> };
       arrivals.push({ text: event.content?.[0]?.text ?? "", at: performance.now() });
+      for (const w of waiters.filter((w) => w.n <= arrivals.length)) {
+        waiters.splice(waiters.indexOf(w), 1);
+        w.resolve();
+      }
       if (arrivals.length >= count) return;
     }
   })();
-  return { done, arrivals, close: () => controller.abort() };
+  const reached = (n: number) => (arrivals.length >= n ? Promise.resolve() : new Promise<void>((resolve) => waiters.push({ n, resolve })));
+  return { done, arrivals, reached, close: () => controller.abort() };
 }
 
 const draft = (text: string) => ({ type: "user.message", fields: { content: [{ type: "text", text }] }, dedupeKey: null });
 
-async function rawInserts(t: TestServer, n: number): Promise<{ perSec: number; latencies: number[] }> {
+/** `n` raw single-row inserts from `from` on, each in its own transaction; returns each one's latency. */
+async function rawInserts(t: TestServer, from: number, n: number): Promise<number[]> {
   const { db } = t.store.storage;
-  await sql`create table bench_raw (id text primary key, session_id text not null, seq bigint not null, body text not null)`.execute(db);
   const latencies: number[] = [];
-  const started = performance.now();
-  for (let i = 0; i < n; i++) {
+  for (let i = from; i < from + n; i++) {
     const t0 = performance.now();
     await db.transaction().execute(async (trx) => {
       await sql`insert into bench_raw (id, session_id, seq, body) values (${`raw_${i}`}, ${"s"}, ${i}, ${JSON.stringify(draft(String(i)).fields)})`.execute(
@@ -63,8 +72,11 @@ async function rawInserts(t: TestServer, n: number): Promise<{ perSec: number; l
     });
     latencies.push(performance.now() - t0);
   }
-  return { perSec: n / ((performance.now() - started) / 1000), latencies: latencies.sort((a, b) => a - b) };
+  return latencies;
 }
+
+/** Raw inserts and log appends in alternating blocks of this many. */
+const BLOCK = 100;
 
 async function newSession(t: TestServer): Promise<string> {
   const agent = await t.client.beta.agents.create({ name: "bench", model: "claude-sonnet-4-5" });
@@ -76,17 +88,32 @@ async function benchBackend(dialect: Dialect) {
   const t = await startTestServer(dialect);
   const deps = { storage: t.store.storage, clock: { now: () => Date.now() }, ids: (await import("@openma/storage")).newId };
   try {
-    const raw = await rawInserts(t, EVENTS);
-
-    // Throughput: one subscriber, one producer appending as fast as it can.
+    await sql`create table bench_raw (id text primary key, session_id text not null, seq bigint not null, body text not null)`.execute(
+      t.store.storage.db,
+    );
+    // Throughput: one subscriber, one producer appending as fast as it can; each block of appends is
+    // timed until its last event reached the subscriber, and alternates with a block of raw inserts.
     const s1 = await newSession(t);
     const sub = await subscribe(t, s1, EVENTS);
-    const started = performance.now();
-    for (let i = 0; i < EVENTS; i++) await appendEvents(deps, s1, [draft(String(i))]);
-    const appendedAt = performance.now();
+    const rawLatencies: number[] = [];
+    let rawMs = 0;
+    let appendMs = 0;
+    let deliveredMs = 0;
+    for (let from = 0; from < EVENTS; from += BLOCK) {
+      const n = Math.min(BLOCK, EVENTS - from);
+      const rawStarted = performance.now();
+      rawLatencies.push(...(await rawInserts(t, from, n)));
+      rawMs += performance.now() - rawStarted;
+      const started = performance.now();
+      for (let i = from; i < from + n; i++) await appendEvents(deps, s1, [draft(String(i))]);
+      appendMs += performance.now() - started;
+      await sub.reached(from + n);
+      deliveredMs += performance.now() - started;
+    }
     await sub.done;
-    const deliveredPerSec = EVENTS / ((performance.now() - started) / 1000);
-    const appendPerSec = EVENTS / ((appendedAt - started) / 1000);
+    const raw = { perSec: EVENTS / (rawMs / 1000), latencies: rawLatencies.sort((a, b) => a - b) };
+    const deliveredPerSec = EVENTS / (deliveredMs / 1000);
+    const appendPerSec = EVENTS / (appendMs / 1000);
     sub.close();
     const order = sub.arrivals.map((a) => Number(a.text));
     if (order.some((v, i) => v !== i)) throw new Error("events were delivered out of order or with gaps");
@@ -127,9 +154,23 @@ console.log(
   "| backend | raw inserts/s | appends/s | appended+delivered over SSE/s | ratio vs raw | raw insert p50 / p99 ms | delivery p50 / p99 / max ms (100 subs) | p99 ratio vs raw p99 |",
 );
 console.log("|---|---|---|---|---|---|---|---|");
-for (const dialect of BACKENDS) {
+const results: Array<Awaited<ReturnType<typeof benchBackend>>> = [];
+for (const dialect of backends()) {
   const r = await benchBackend(dialect);
   console.log(
     `| ${r.dialect} | ${f(r.rawPerSec)} | ${f(r.appendPerSec)} | ${f(r.deliveredPerSec)} | ${f(r.deliveredPerSec / r.rawPerSec, 2)} | ${f(r.rawP50, 2)} / ${f(r.rawP99, 2)} | ${f(r.p50, 2)} / ${f(r.p99, 2)} / ${f(r.max, 2)} (${r.deliveries} deliveries) | ${f(r.p99 / r.rawP99, 1)} |`,
   );
+  results.push(r);
+}
+for (const r of results) {
+  const ratio = Number((r.deliveredPerSec / r.rawPerSec).toFixed(2));
+  reportRatioAtLeast("events-sse", `appends delivered over SSE vs raw single-row inserts (${r.dialect})`, ratio, 0.5);
+  reportTarget({
+    bench: "events-sse",
+    metric: `append→delivery p99, ${SUBSCRIBERS} subscribers (${r.dialect})`,
+    target: "< 10 ms",
+    measured: Number(r.p99.toFixed(2)),
+    unit: "ms",
+    pass: r.p99 < 10,
+  });
 }

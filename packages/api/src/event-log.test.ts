@@ -3,7 +3,7 @@ import { newId, systemClock } from "@openma/storage";
 import { BACKENDS, openTestStorage, type TestStorage } from "@openma/storage/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ApiError } from "./errors.ts";
-import { appendEvents, type EventLogDeps, eventSeq, readEventsAfter, sessionTopic } from "./event-log.ts";
+import { appendEvents, type EventLogDeps, eventSeq, notifyAppended, readEventsAfter, sessionTopic } from "./event-log.ts";
 import type { EventDraft } from "./schemas/events.ts";
 
 const draft = (type: string, fields: Record<string, unknown> = {}, dedupeKey: string | null = null): EventDraft => ({
@@ -79,6 +79,10 @@ describe.each(BACKENDS)("event log on %s", (dialect) => {
     const racing = await Promise.all(Array.from({ length: 8 }, () => appendEvents(deps, id, [draft("x", {}, "k")])));
     expect(new Set(racing.map((r) => r.events[0]?.id)).size).toBe(1);
     expect(await seqs(id)).toEqual([1, 2, 3]);
+    // Seqs reserved for drafts already in the log are given back: the next append follows without a gap.
+    expect((await row(id)).last_seq).toBe(3);
+    await appendEvents(deps, id, [draft("y")]);
+    expect(await seqs(id)).toEqual([1, 2, 3, 4]);
   });
 
   it("projects status, outcomes and usage onto the session, except that an archived session stays terminated", async () => {
@@ -104,22 +108,12 @@ describe.each(BACKENDS)("event log on %s", (dialect) => {
     expect((await row(archived)).status).toBe("terminated");
   });
 
-  it("publishes the session topic after its own commit, and not inside a caller's transaction", async () => {
+  it("wakes the session's readers once its append committed: never before the commit, never after a rollback", async () => {
     const id = await session();
     let wakes = 0;
     const unsubscribe = store.storage.bus.subscribe(sessionTopic(id), () => wakes++);
-    try {
-      const woke = new Promise<void>((resolve) => {
-        const off = store.storage.bus.subscribe(sessionTopic(id), () => {
-          off();
-          resolve();
-        });
-      });
-      await appendEvents(deps, id, [draft("agent.message")]);
-      await woke;
-      expect(wakes).toBe(1);
-      await store.storage.db.transaction().execute((trx) => appendEvents(deps, id, [draft("agent.message")], { trx }));
-      // A publish from this process reaches its own subscribers in order: a marker proves nothing else arrived.
+    // A publish from this process reaches its own subscribers in order: a marker proves nothing else is on its way.
+    const settled = async () => {
       const marker = new Promise<void>((resolve) => {
         const off = store.storage.bus.subscribe("marker", () => {
           off();
@@ -128,7 +122,30 @@ describe.each(BACKENDS)("event log on %s", (dialect) => {
       });
       await store.storage.bus.publish("marker");
       await marker;
+    };
+    try {
+      await appendEvents(deps, id, [draft("agent.message")]);
+      await settled();
       expect(wakes).toBe(1);
+
+      await store.storage.db.transaction().execute(async (trx) => {
+        await appendEvents(deps, id, [draft("agent.message")], { trx });
+        await settled();
+        expect(wakes).toBe(1);
+      });
+      // The caller's part: on a transactional bus (Postgres) the commit itself published.
+      await notifyAppended(deps, id);
+      await settled();
+      expect(wakes).toBe(2);
+
+      const rolledBack = store.storage.db.transaction().execute(async (trx) => {
+        await appendEvents(deps, id, [draft("agent.message")], { trx });
+        throw new Error("roll back");
+      });
+      await expect(rolledBack).rejects.toThrow("roll back");
+      await settled();
+      expect(wakes).toBe(2);
+      expect((await row(id)).last_seq).toBe(2);
     } finally {
       unsubscribe();
     }

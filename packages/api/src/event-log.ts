@@ -3,7 +3,9 @@
  * of its session (allocated by bumping `sessions.last_seq` under the session
  * row's lock, in the appending transaction), a `sevt_` id and `processed_at`.
  * Readers (list, SSE) page by `seq`; live readers are woken through the change
- * bus topic `sessionTopic(id)` after commit and re-read the table themselves.
+ * bus topic `sessionTopic(id)` once the append committed (on Postgres by the
+ * commit itself: the appending statement queues a transactional NOTIFY) and
+ * re-read the table themselves.
  *
  * The session body is kept a projection of the log here, in one place: status
  * events move `status`, `user.define_outcome` opens an outcome evaluation (its
@@ -13,7 +15,7 @@
  */
 import { type Database, type SessionRow, toIso } from "@openma/storage";
 import { recordWebhookEvents, sessionWebhookChanges } from "@openma/webhooks";
-import type { Kysely, Transaction } from "kysely";
+import { type Kysely, sql, type Transaction } from "kysely";
 import type { ApiDeps } from "./context.ts";
 import { notFound } from "./errors.ts";
 import type { EventDraft, SessionEvent } from "./schemas/events.ts";
@@ -37,7 +39,7 @@ export interface AppendResult {
 export interface AppendOptions {
   /**
    * Append inside the caller's transaction. The caller must then call
-   * `notifySession` after its commit (a wake-up before commit would let a
+   * `notifyAppended` after its commit (a wake-up before commit would let a
    * reader look before the rows are visible).
    */
   trx?: Transaction<Database>;
@@ -56,7 +58,7 @@ export async function appendEvents(
 ): Promise<AppendResult> {
   if (opts.trx) return appendIn(opts.trx, deps, sessionId, drafts);
   const result = await deps.storage.db.transaction().execute((trx) => appendIn(trx, deps, sessionId, drafts));
-  if (result.appended.length > 0) await notifySession(deps, sessionId);
+  if (result.appended.length > 0) await notifyAppended(deps, sessionId);
   return result;
 }
 
@@ -71,6 +73,15 @@ export async function notifySession(deps: EventLogDeps, sessionId: string): Prom
   } catch (err) {
     deps.logger?.warn({ err: (err as Error).message, session_id: sessionId }, "session notification failed");
   }
+}
+
+/**
+ * What a writer calls after committing a transaction that appended events:
+ * on a transactional bus the append already queued the wake-up for its
+ * commit (see `reserveSeqs`), so only a non-transactional bus publishes here.
+ */
+export async function notifyAppended(deps: EventLogDeps, sessionId: string): Promise<void> {
+  if (!deps.storage.bus.publishOnCommit) await notifySession(deps, sessionId);
 }
 
 /**
@@ -92,13 +103,43 @@ export async function lockSession(trx: Transaction<Database>, sessionId: string)
 // Postgres caps a statement at 65535 bind parameters; 8 per row keeps chunks far below.
 const INSERT_CHUNK = 500;
 
+interface Reserved {
+  /** The session row as it was before the reservation. */
+  session: SessionRow;
+  /** Whether any webhook endpoint is enabled (else the outbox has nothing to write). */
+  webhooks: boolean;
+}
+
+/**
+ * One statement that takes the session row's write lock (as `lockSession`),
+ * reserves `count` seqs by moving `last_seq` past them, tells whether any
+ * webhook endpoint is enabled and, on a transactional bus, queues the
+ * session's wake-up for the commit: one round trip where there were four.
+ * Throws 404 when the session is absent.
+ */
+async function reserveSeqs(trx: Transaction<Database>, deps: EventLogDeps, sessionId: string, count: number): Promise<Reserved> {
+  const notice = deps.storage.bus.publishOnCommit;
+  const reserve = trx
+    .updateTable("sessions")
+    .set((eb) => ({ last_seq: eb("last_seq", "+", count) }))
+    .where("id", "=", sessionId)
+    .returningAll()
+    .returning(
+      sql<number>`case when exists (select 1 from webhook_endpoints where state = 'enabled') then 1 else 0 end`.as("enabled_webhooks"),
+    );
+  const row = await (notice ? reserve.returning(notice(sessionTopic(sessionId)).as("notified")) : reserve).executeTakeFirst();
+  if (!row) throw notFound("session", sessionId);
+  const { notified: _notified, enabled_webhooks, ...session } = row as SessionRow & { notified?: unknown; enabled_webhooks: unknown };
+  return { session: { ...session, last_seq: session.last_seq - count }, webhooks: Number(enabled_webhooks) > 0 };
+}
+
 async function appendIn(
   trx: Transaction<Database>,
   deps: EventLogDeps,
   sessionId: string,
   drafts: readonly EventDraft[],
 ): Promise<AppendResult> {
-  const session = await lockSession(trx, sessionId);
+  const { session, webhooks } = await reserveSeqs(trx, deps, sessionId, drafts.length);
   // Checked under the lock: a concurrent append with the same key has committed or not started.
   const known = await storedByDedupeKey(trx, sessionId, drafts);
   const nowMs = deps.clock.now();
@@ -130,7 +171,6 @@ async function appendIn(
     events.push(event);
     appended.push(event);
   }
-  if (rows.length === 0) return { events, appended };
   for (let i = 0; i < rows.length; i += INSERT_CHUNK) {
     await trx
       .insertInto("session_events")
@@ -138,17 +178,25 @@ async function appendIn(
       .execute();
   }
   const projected = projectEvents(session, appended, processedAt);
-  await trx
-    .updateTable("sessions")
-    .set(projected ? { last_seq: seq, ...projected } : { last_seq: seq })
-    .where("id", "=", sessionId)
-    .execute();
+  // Drafts already in the log used no seq: give back what was reserved for them, so seq stays gap-free.
+  const reservedUpTo = session.last_seq + drafts.length;
+  if (projected || seq !== reservedUpTo) {
+    await trx
+      .updateTable("sessions")
+      .set(projected ? { last_seq: seq, ...projected } : { last_seq: seq })
+      .where("id", "=", sessionId)
+      .execute();
+  }
+  if (rows.length === 0) return { events, appended };
   if (projected) await recordStatusChange(trx, sessionId, session.status === "running", projected.status === "running", nowMs);
-  await recordWebhookEvents(
-    trx,
-    deps,
-    rows.flatMap((row) => sessionWebhookChanges(sessionId, row)),
-  );
+  // Written in this transaction when an endpoint is enabled; without one there is nothing to ask the outbox.
+  if (webhooks) {
+    await recordWebhookEvents(
+      trx,
+      deps,
+      rows.flatMap((row) => sessionWebhookChanges(sessionId, row)),
+    );
+  }
   return { events, appended };
 }
 

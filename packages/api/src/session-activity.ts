@@ -9,7 +9,7 @@
  * The harness reads the same numbers for its `session.usage` snapshots.
  */
 import type { Database, SessionActivityRow } from "@openma/storage";
-import type { Kysely, Transaction } from "kysely";
+import { type Kysely, sql, type Transaction } from "kysely";
 
 type Db = Kysely<Database> | Transaction<Database>;
 
@@ -45,7 +45,9 @@ export function seconds(ms: number): number {
 
 /**
  * Records a status change at `atMs` (call with the session row locked):
- * entering `running` opens an interval, leaving it closes one.
+ * entering `running` opens an interval, leaving it closes one. One upsert
+ * either way (it runs inside the appending transaction, where every
+ * statement is a round trip on Postgres); it computes what `activeMs` does.
  */
 export async function recordStatusChange(
   trx: Transaction<Database>,
@@ -55,14 +57,14 @@ export async function recordStatusChange(
   atMs: number,
 ) {
   if (wasRunning === isRunning) return;
-  const current = await loadActivity(trx, sessionId);
-  const next: Activity = isRunning
-    ? { active_ms: current.active_ms, running_since_ms: atMs }
-    : { active_ms: activeMs(current, atMs), running_since_ms: null };
+  const closed = sql<number>`case when session_activity.running_since_ms is not null and session_activity.running_since_ms < ${atMs}
+    then session_activity.active_ms + (${atMs} - session_activity.running_since_ms) else session_activity.active_ms end`;
   await trx
     .insertInto("session_activity")
-    .values({ session_id: sessionId, ...next })
-    .onConflict((oc) => oc.column("session_id").doUpdateSet(next))
+    .values({ session_id: sessionId, active_ms: 0, running_since_ms: isRunning ? atMs : null })
+    .onConflict((oc) =>
+      oc.column("session_id").doUpdateSet(isRunning ? { running_since_ms: atMs } : { active_ms: closed, running_since_ms: null }),
+    )
     .execute();
 }
 

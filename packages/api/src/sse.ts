@@ -19,6 +19,8 @@ export interface SseMessage {
 export interface SseChannel {
   /** Writes one message; resolves false once the client is gone (nothing more will be written). */
   send(message: SseMessage): Promise<boolean>;
+  /** Writes one message already framed by `encodeSseMessage` (shared by every stream that sends it). */
+  sendEncoded(frame: Uint8Array): Promise<boolean>;
   /** Aborted when the client disconnects or the stream is closed. */
   readonly signal: AbortSignal;
 }
@@ -51,6 +53,13 @@ export function formatSseMessage(message: SseMessage): string {
   return `${out}\n`;
 }
 
+const encoder = new TextEncoder();
+
+/** `formatSseMessage` as the bytes written on the wire. */
+export function encodeSseMessage(message: SseMessage): Uint8Array {
+  return encoder.encode(formatSseMessage(message));
+}
+
 export function formatSseComment(text: string): string {
   return `: ${oneLine(text)}\n\n`;
 }
@@ -67,7 +76,6 @@ function oneLine(value: string): string {
  * keep-alive timer stops.
  */
 export function sseResponse(c: Context, opts: SseOptions, produce: (channel: SseChannel) => Promise<void>): Response {
-  const encoder = new TextEncoder();
   const lifetime = new AbortController();
   // Readable high-water mark 0: a write settles once the HTTP layer has pulled it, which it does as the socket drains.
   const { readable, writable } = new TransformStream<Uint8Array, Uint8Array>();
@@ -89,9 +97,9 @@ export function sseResponse(c: Context, opts: SseOptions, produce: (channel: Sse
   };
   // Never waits for the reader: the producer (and its database reads) is not held up by a stalled
   // client; instead a client more than `sendBufferBytes` behind is let go.
-  const write = async (text: string): Promise<boolean> => {
+  const write = async (text: string | Uint8Array): Promise<boolean> => {
     if (lifetime.signal.aborted) return false;
-    const bytes = encoder.encode(text);
+    const bytes = typeof text === "string" ? encoder.encode(text) : text;
     if (queued > 0 && queued + bytes.length > sendBufferBytes) {
       opts.onOverflow?.();
       close();
@@ -116,7 +124,11 @@ export function sseResponse(c: Context, opts: SseOptions, produce: (channel: Sse
   if (requestSignal.aborted) close();
 
   void write(formatSseComment("connected"));
-  const channel: SseChannel = { send: (message) => write(formatSseMessage(message)), signal: lifetime.signal };
+  const channel: SseChannel = {
+    send: (message) => write(formatSseMessage(message)),
+    sendEncoded: (frame) => write(frame),
+    signal: lifetime.signal,
+  };
   produce(channel)
     .catch(async (err: Error) => {
       opts.onError?.(err);

@@ -8,7 +8,7 @@
  * multi-agent session (`deps.scope`) has its drafts tagged with the thread
  * here (threads.ts), so no step needs to know which thread it runs.
  */
-import { ApiError, appendEvents, type EventDraft, type EventLogDeps, lockSession, notifySession, type SessionEvent } from "@openma/api";
+import { ApiError, appendEvents, type EventDraft, type EventLogDeps, lockSession, notifyAppended, type SessionEvent } from "@openma/api";
 import type { Database } from "@openma/storage";
 import type { Transaction } from "kysely";
 import { type Scope, scopeDrafts, withReply } from "./threads.ts";
@@ -59,7 +59,7 @@ export async function withSession<T>(
     if (err instanceof ApiError && err.status === 404) return { type: "terminated" };
     throw err;
   }
-  if (appended) await notifySession(deps, sessionId);
+  if (appended) await notifyAppended(deps, sessionId);
   return result;
 }
 

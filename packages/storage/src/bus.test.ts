@@ -1,6 +1,6 @@
 /** The bus's data broadcasts (the `event_deltas` transport) on both backends: delivered in order to listeners of the topic only. */
 import { describe, expect, it } from "vitest";
-import { MAX_BROADCAST_BYTES } from "./bus.ts";
+import { MAX_BROADCAST_BYTES, publishOnCommitIn } from "./bus.ts";
 import { BACKENDS, openTestStorage } from "./testing.ts";
 
 describe.each(BACKENDS)("bus broadcasts on %s", (dialect) => {
@@ -30,6 +30,89 @@ describe.each(BACKENDS)("bus broadcasts on %s", (dialect) => {
       offWake();
     } finally {
       await store.cleanup();
+    }
+  });
+});
+
+describe.each(BACKENDS)("publishing with a commit on %s", (dialect) => {
+  it("publishes every topic once the transaction committed, nothing on rollback; a bus that cannot says so", async () => {
+    const store = await openTestStorage(dialect);
+    try {
+      const { bus, db } = store.storage;
+      const woken: string[] = [];
+      const offs = ["t:a", "t:b"].map((topic) => bus.subscribe(topic, () => woken.push(topic)));
+      // Wake-ups from this process arrive in order: once the marker is seen, nothing earlier is still on its way.
+      const settled = async () => {
+        const marker = new Promise<void>((resolve) => {
+          const off = bus.subscribe("marker", () => {
+            off();
+            resolve();
+          });
+        });
+        await bus.publish("marker");
+        await marker;
+      };
+      let queued = false;
+      await db.transaction().execute(async (trx) => {
+        queued = await publishOnCommitIn(bus, trx, ["t:a", "t:b"]);
+        await settled();
+        expect(woken).toEqual([]);
+      });
+      await settled();
+      expect(queued).toBe(dialect === "postgres");
+      expect(woken).toEqual(queued ? ["t:a", "t:b"] : []);
+
+      const rolledBack = db.transaction().execute(async (trx) => {
+        await publishOnCommitIn(bus, trx, ["t:a"]);
+        throw new Error("roll back");
+      });
+      await expect(rolledBack).rejects.toThrow("roll back");
+      await settled();
+      expect(woken).toEqual(queued ? ["t:a", "t:b"] : []);
+      for (const off of offs) off();
+    } finally {
+      await store.cleanup();
+    }
+  });
+});
+
+describe("Postgres bus channels", () => {
+  it("keep each schema's wake-ups to the storages of that schema", async () => {
+    const [a, b] = await Promise.all([openTestStorage("postgres"), openTestStorage("postgres")]);
+    try {
+      const seenByB: string[] = [];
+      let bWoke = () => {};
+      const off = b.storage.bus.subscribe("execution:pending", () => {
+        seenByB.push("execution:pending");
+        bWoke();
+      });
+      const seenByA = new Promise<void>((resolve) => {
+        const offA = a.storage.bus.subscribe("execution:pending", () => {
+          offA();
+          resolve();
+        });
+      });
+      await a.storage.bus.publish("execution:pending");
+      await seenByA;
+      // Postgres hands queued notifications to each listener in commit order: B's own marker comes after A's publish.
+      const marker = new Promise<void>((resolve) => {
+        const offMarker = b.storage.bus.subscribe("marker", () => {
+          offMarker();
+          resolve();
+        });
+      });
+      await b.storage.bus.publish("marker");
+      await marker;
+      expect(seenByB).toEqual([]);
+      const woke = new Promise<void>((resolve) => {
+        bWoke = resolve;
+      });
+      await b.storage.bus.publish("execution:pending");
+      await woke;
+      expect(seenByB).toEqual(["execution:pending"]);
+      off();
+    } finally {
+      await Promise.all([a.cleanup(), b.cleanup()]);
     }
   });
 });

@@ -5,16 +5,27 @@
  * duplicated wake-up costs a query, never an event.
  *
  * SQLite is single-process, so an in-process emitter suffices. On Postgres
- * every process LISTENs on one channel and publishes with pg_notify, so
+ * every process LISTENs on its schema's channel and publishes with pg_notify
+ * (inside the writing transaction where it can: delivered at commit), so
  * several `openma serve` processes sharing one database see each other.
  */
+import { createHash } from "node:crypto";
 import { EventEmitter } from "node:events";
+import { type RawBuilder, sql } from "kysely";
 import pg from "pg";
 
 export type Unsubscribe = () => void;
 
 export interface ChangeBus {
   publish(topic: string): Promise<void>;
+  /**
+   * An SQL expression that publishes `topic` when the transaction running it
+   * commits (and never if it rolls back), for a bus whose publish is itself
+   * transactional. A writer folds it into a statement it runs anyway and skips
+   * the publish after its commit: no extra round trip, and readers are woken
+   * by the commit itself. Absent: publish after the commit.
+   */
+  readonly publishOnCommit?: (topic: string) => RawBuilder<unknown>;
   /** `cb` runs on every publish to `topic`, and after a reconnect (missed wake-ups). */
   subscribe(topic: string, cb: () => void): Unsubscribe;
   /**
@@ -86,9 +97,17 @@ export class InProcessBus implements ChangeBus {
   async close(): Promise<void> {}
 }
 
-const CHANNEL = "openma_changes";
-/** Broadcasts: `<topic>\n<payload>`. The same connection LISTENs on both, so their order is kept. */
-const DATA_CHANNEL = "openma_data";
+/**
+ * The bus's two channels (wake-ups, and broadcasts as `<topic>\n<payload>`: the same connection
+ * LISTENs on both, so their order is kept). NOTIFY reaches every listener of the database, so with a
+ * schema (several deployments, or test runs, sharing one database) the channels are the schema's own:
+ * otherwise every `execution:pending` of one would send the workers of all the others claiming.
+ */
+function channelsFor(schema: string | undefined): { changes: string; data: string } {
+  // Channel names are identifiers (at most 63 bytes); a long schema name is replaced by its hash.
+  const suffix = !schema ? "" : schema.length <= 40 ? `_${schema}` : `_${createHash("sha256").update(schema).digest("hex").slice(0, 24)}`;
+  return { changes: `openma_changes${suffix}`, data: `openma_data${suffix}` };
+}
 
 export class PostgresBus implements ChangeBus {
   private readonly topics = new TopicEmitter();
@@ -97,11 +116,17 @@ export class PostgresBus implements ChangeBus {
   private closed = false;
   private connecting: Promise<void> | null = null;
 
+  private readonly channels: { changes: string; data: string };
+
   constructor(
     private readonly pool: pg.Pool,
     private readonly clientConfig: pg.ClientConfig,
     private readonly onError: (err: Error) => void = () => {},
-  ) {}
+    /** The Postgres schema the storage lives in, if not the default: its channels are its own. */
+    schema?: string,
+  ) {
+    this.channels = channelsFor(schema);
+  }
 
   async start(): Promise<void> {
     await this.connect();
@@ -111,8 +136,8 @@ export class PostgresBus implements ChangeBus {
     this.connecting ??= (async () => {
       const client = new pg.Client(this.clientConfig);
       client.on("notification", (msg) => {
-        if (msg.channel === CHANNEL && msg.payload) this.topics.emit(msg.payload);
-        if (msg.channel === DATA_CHANNEL && msg.payload) {
+        if (msg.channel === this.channels.changes && msg.payload) this.topics.emit(msg.payload);
+        if (msg.channel === this.channels.data && msg.payload) {
           const cut = msg.payload.indexOf("\n");
           if (cut > 0) this.data.emit(msg.payload.slice(0, cut), msg.payload.slice(cut + 1));
         }
@@ -123,8 +148,8 @@ export class PostgresBus implements ChangeBus {
       });
       client.on("end", () => this.reconnectSoon());
       await client.connect();
-      await client.query(`LISTEN ${CHANNEL}`);
-      await client.query(`LISTEN ${DATA_CHANNEL}`);
+      await client.query(`LISTEN ${this.channels.changes}`);
+      await client.query(`LISTEN ${this.channels.data}`);
       this.listener = client;
       this.connecting = null;
     })();
@@ -148,8 +173,11 @@ export class PostgresBus implements ChangeBus {
   }
 
   async publish(topic: string): Promise<void> {
-    await this.pool.query("select pg_notify($1, $2)", [CHANNEL, topic]);
+    await this.pool.query("select pg_notify($1, $2)", [this.channels.changes, topic]);
   }
+
+  /** NOTIFY inside a transaction is queued and delivered by Postgres at commit, dropped on rollback. */
+  readonly publishOnCommit = (topic: string): RawBuilder<unknown> => sql`pg_notify(${this.channels.changes}, ${topic})`;
 
   subscribe(topic: string, cb: () => void): Unsubscribe {
     return this.topics.on(topic, cb);
@@ -157,7 +185,7 @@ export class PostgresBus implements ChangeBus {
 
   async broadcast(topic: string, payload: string): Promise<void> {
     checkPayload(topic, payload);
-    await this.pool.query("select pg_notify($1, $2)", [DATA_CHANNEL, `${topic}\n${payload}`]);
+    await this.pool.query("select pg_notify($1, $2)", [this.channels.data, `${topic}\n${payload}`]);
   }
 
   listen(topic: string, cb: (payload: string) => void): Unsubscribe {
@@ -168,4 +196,20 @@ export class PostgresBus implements ChangeBus {
     this.closed = true;
     await this.listener?.end().catch(() => {});
   }
+}
+
+/**
+ * Publishes `topics` when `trx` commits, in one statement, if the bus is
+ * transactional (see `ChangeBus.publishOnCommit`); returns false when it is
+ * not, and the caller then publishes after its commit.
+ */
+export async function publishOnCommitIn(
+  bus: ChangeBus,
+  trx: Parameters<RawBuilder<unknown>["execute"]>[0],
+  topics: readonly string[],
+): Promise<boolean> {
+  const notice = bus.publishOnCommit;
+  if (!notice) return false;
+  if (topics.length > 0) await sql`select ${sql.join(topics.map((topic) => notice(topic)))}`.execute(trx);
+  return true;
 }

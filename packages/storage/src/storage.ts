@@ -93,7 +93,7 @@ async function openPostgres(url: string, opts: StorageOptions, blobs: BlobStore)
   pool.on("error", (err) => opts.onBackgroundError?.(err));
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
   await migrateToLatest(db as Kysely<unknown>);
-  const bus = new PostgresBus(pool, clientConfig, opts.onBackgroundError);
+  const bus = new PostgresBus(pool, clientConfig, opts.onBackgroundError, opts.pgSchema);
   await bus.start();
   return {
     dialect: "postgres",

@@ -4,15 +4,23 @@
  * key / sessions token scoped to the session (the worker uses them).
  */
 import { brainRunsOnServer, TURN_BEARING_TYPES } from "@openma/execution/placement";
-import { requestTurn } from "@openma/execution/queue";
-import { toIso } from "@openma/storage";
+import { EXECUTION_TOPIC, requestTurn } from "@openma/execution/queue";
+import { publishOnCommitIn, toIso } from "@openma/storage";
 import type { Context } from "hono";
 import { Hono } from "hono";
 import { z } from "zod";
 import { assertSessionScope, requireCredential } from "../auth.ts";
 import type { AppEnv } from "../context.ts";
 import { badRequest } from "../errors.ts";
-import { appendEvents, eventSeq, logicalTick, notifySession, readEventsAfterShared, sessionTopic } from "../event-log.ts";
+import {
+  appendEvents,
+  eventSeq,
+  logicalTick,
+  notifyAppended,
+  readEventsAfterShared,
+  type StoredEvent,
+  sessionTopic,
+} from "../event-log.ts";
 import { decodeCursor, pageOf, pageQuery } from "../pagination.ts";
 import { PreviewFilter } from "../previews.ts";
 import {
@@ -26,10 +34,11 @@ import {
   WORK_BEARING_TYPES,
 } from "../schemas/events.ts";
 import { ensureSessionWork } from "../session-work.ts";
-import { type SseChannel, sseResponse } from "../sse.ts";
+import { encodeSseMessage, type SseChannel, sseResponse } from "../sse.ts";
 import { limitBody } from "../uploads.ts";
 import { fromJson, pathId } from "../util.ts";
 import { parseJsonBody, parseQuery, queryArray } from "../validate.ts";
+import { workTopic } from "../work-queue.ts";
 import {
   checkRubricFiles,
   EVENTS_BODY_LIMIT,
@@ -171,12 +180,16 @@ async function sendEvents(c: Context<AppEnv>, sessionId: string) {
     // The turn request commits with the event that asks for it: no event without a turn, no turn without an event.
     const turn = brainHere && appended.appended.some((e) => TURN_BEARING_TYPES.has(e.type));
     if (turn) await requestTurn(trx, sessionId, deps.clock.now());
-    return { ...appended, work, turn };
+    // On a transactional bus the wake-ups go out with the commit itself: the execution worker
+    // claims the turn without waiting for publishes after it (one statement for both topics).
+    const topics = [...(work?.created ? [workTopic(session.environment_id)] : []), ...(turn ? [EXECUTION_TOPIC] : [])];
+    const published = await publishOnCommitIn(deps.storage.bus, trx, topics);
+    return { ...appended, work, turn, published };
   });
   deps.metrics?.eventAppendDuration.observe({}, (performance.now() - appendStarted) / 1000);
-  if (result.appended.length > 0) await notifySession(deps, sessionId);
-  if (result.work?.created) await notifyWorkers(c, session.environment_id);
-  if (result.turn) await notifyExecution(c);
+  if (result.appended.length > 0) await notifyAppended(deps, sessionId);
+  if (!result.published && result.work?.created) await notifyWorkers(c, session.environment_id);
+  if (!result.published && result.turn) await notifyExecution(c);
   return { data: result.events };
 }
 
@@ -200,6 +213,22 @@ class Wakeups {
 }
 
 const READ_BATCH = 200;
+
+/**
+ * A stored event's SSE bytes, built once per row object: the live readers of
+ * a session share one read (readEventsAfterShared) and so the same row
+ * objects, and 100 subscribers then cost one format and one encode per event,
+ * not 100. Rows are dropped with the read result, so is their frame.
+ */
+const frames = new WeakMap<StoredEvent, Uint8Array>();
+function sseFrame(event: StoredEvent): Uint8Array {
+  let frame = frames.get(event);
+  if (!frame) {
+    frame = encodeSseMessage({ event: event.type, id: event.id, data: event.body });
+    frames.set(event, frame);
+  }
+  return frame;
+}
 
 /**
  * Delivers the log from `cursor` on, re-reading the table on every wake-up
@@ -229,7 +258,7 @@ async function follow(
         previews.finalized(event.type, event.id);
         cursor = event.seq;
         if (thread !== undefined && (event.thread_id ?? null) !== thread) continue;
-        if (!(await channel.send({ event: event.type, id: event.id, data: event.body }))) return;
+        if (!(await channel.sendEncoded(sseFrame(event)))) return;
         if (event.type === "session.deleted") return;
       }
       // A full batch may have more behind it; a shared read that began before our wake-up may miss what woke us.

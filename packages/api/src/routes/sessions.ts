@@ -16,7 +16,7 @@ import type { z } from "zod";
 import { assertSessionScope, requireCredential } from "../auth.ts";
 import { type ApiDeps, type AppEnv, SESSIONS_CLOSED_TOPIC } from "../context.ts";
 import { badRequest, notFound } from "../errors.ts";
-import { appendEvents, lockSession, notifySession } from "../event-log.ts";
+import { appendEvents, lockSession, notifyAppended, notifySession } from "../event-log.ts";
 import { decodeCursor, encodeCursor, pageOf, pageOnlyQuery, pageQuery } from "../pagination.ts";
 import { agentConfigProblem, normalizeModel, normalizeSkills, normalizeTools } from "../schemas/agent.ts";
 import { draftFromParam, type EventDraft, type EventParam } from "../schemas/events.ts";
@@ -301,7 +301,7 @@ export async function insertSession(trx: Transaction<Database>, deps: ApiDeps, p
 
 /** After commit: wakes the session's readers, the environment's workers and the execution workers. Best effort. */
 export async function announceSession(deps: ApiDeps, created: InsertedSession): Promise<void> {
-  if (created.appended) await notifySession(deps, created.session.id);
+  if (created.appended) await notifyAppended(deps, created.session.id);
   if (created.work?.created) {
     await notifyWork(deps, created.session.environment_id).catch((err: Error) => {
       deps.logger.warn({ err: err.message, environment_id: created.session.environment_id }, "work notification failed");
@@ -343,7 +343,7 @@ async function updateSession(c: Context<AppEnv>, id: string): Promise<Session> {
     if (changed) await appendEvents(deps, id, [{ type: "session.updated", fields: plan.changed, dedupeKey: null }], { trx });
     return { session: plan.next, appended: changed };
   });
-  if (result.appended) await notifySession(deps, id);
+  if (result.appended) await notifyAppended(deps, id);
   return present(c, result.session);
 }
 
@@ -463,7 +463,7 @@ async function archiveSession(c: Context<AppEnv>, id: string): Promise<Session> 
     await stopSessionWork(trx, deps, id, { force: false });
     return { session: archived, appended };
   });
-  if (result.appended) await notifySession(deps, id);
+  if (result.appended) await notifyAppended(deps, id);
   await notifyWorkers(c, result.session.environment_id);
   await sessionClosed(c, id, "archived");
   return present(c, result.session);
