@@ -18,6 +18,7 @@ import { type ScriptedModel, startScriptedModel } from "@openma/scripted-model";
 import type { Dialect } from "@openma/storage";
 import { BACKENDS } from "@openma/storage/testing";
 import { startTestServer, type TestServer } from "../test/support/server.ts";
+import { reportTarget } from "./report.ts";
 
 const RUNS = Math.max(1, Math.min(10_000, Number(process.argv[2] ?? 50) || 50));
 const WARMUP = 3;
@@ -121,6 +122,19 @@ async function main(): Promise<void> {
     console.log(
       `| ${r.dialect} | ${f(o.p50)} | ${f(o.p95)} | ${f(m.p50)} | ${f(m.p95)} | ${(o.p50 / m.p50).toFixed(1)}x | ${(o.p95 / m.p95).toFixed(1)}x | ${f(o.p50 - m.p50)} |`,
     );
+  }
+  // Issue 16 target 3: at most the scripted model's latency + 10 ms (SQLite) / + 15 ms (Postgres) at p50.
+  for (const r of rows) {
+    const added = summary(r.openma).p50 - summary(r.model).p50;
+    const max = r.dialect === "postgres" ? 15 : 10;
+    reportTarget({
+      bench: "first-tool-use",
+      metric: `user.message -> first agent.tool_use at the SSE client, added to the scripted model (p50, ${r.dialect})`,
+      target: `<= ${max} ms`,
+      measured: added,
+      unit: "ms",
+      pass: added <= max,
+    });
   }
 }
 
