@@ -163,7 +163,9 @@ export function runBench(bench: Bench, options: RunOptions): Promise<{ rows: Row
 
 function formatMeasured(r: Row): string {
   if (r.failure !== undefined || Number.isNaN(r.measured)) return "-";
-  const digits = Math.abs(r.measured) >= 100 ? 0 : Math.abs(r.measured) >= 10 ? 1 : 2;
+  // Ratios below 10 get three decimals: 1.053 against a 1.05 target must not print as a failing "1.05x".
+  const size = Math.abs(r.measured);
+  const digits = Number.isInteger(r.measured) || size >= 100 ? 0 : size >= 10 ? 1 : r.unit === "x" ? 3 : 2;
   return `${r.measured.toFixed(digits)}${r.unit === "x" ? "x" : r.unit ? ` ${r.unit}` : ""}`;
 }
 

@@ -45,7 +45,7 @@ describe("bench/all.ts runBench", () => {
     expect(failure).toBeNull();
     expect(rows).toEqual([target]);
     expect(output).toContain("human output");
-    expect(formatRow(rows[0] as (typeof rows)[0])).toBe("| fake | ours vs the primitive | <= 1.5x | 2.25x | FAIL |");
+    expect(formatRow(rows[0] as (typeof rows)[0])).toBe("| fake | ours vs the primitive | <= 1.5x | 2.250x | FAIL |");
   });
 
   it("keeps the targets a crashed bench printed and adds a failed row with its exit code", async () => {
