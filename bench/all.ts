@@ -122,6 +122,16 @@ export function runBench(bench: Bench, options: RunOptions): Promise<{ rows: Row
       // Its own process group, so a timeout ends the bench and whatever it started (servers, sandboxes' parents).
       detached: true,
     });
+    // Being in its own group, the bench would not see a Ctrl-C of `npm run bench`: pass it on, then stop.
+    const interrupt = () => {
+      try {
+        process.kill(-(child.pid as number), "SIGTERM");
+      } catch {
+        // already gone
+      }
+      process.exit(130);
+    };
+    process.once("SIGINT", interrupt);
     let stdout = "";
     child.stdout.on("data", (chunk: Buffer) => {
       stdout += chunk.toString();
@@ -146,6 +156,7 @@ export function runBench(bench: Bench, options: RunOptions): Promise<{ rows: Row
     }, timeoutMs);
     const finish = (reason: string | null) => {
       clearTimeout(timer);
+      process.off("SIGINT", interrupt);
       const rows: Row[] = parseBenchLines(stdout);
       if (reason !== null) rows.push(failed(reason));
       else if (rows.length === 0)
