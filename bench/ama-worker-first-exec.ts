@@ -61,6 +61,7 @@ import type { Dialect } from "@openma/storage";
 import { BACKENDS, openTestStorage, type TestStorage } from "@openma/storage/testing";
 import { ephemeralAcquireInput } from "./bwrap-primitive.ts";
 import { type DockerClient, removeLabelledContainers } from "./docker-primitive.ts";
+import { reportRatioAtMost } from "./report.ts";
 import {
   BENCH_LABEL,
   createBenchAgent,
@@ -457,6 +458,16 @@ async function main(): Promise<void> {
     const [t, n, k] = [summary(r.node.map((x) => x.true)), summary(r.node.map((x) => x.node)), summary(r.node.map((x) => x.sdk))];
     console.log(
       `| ${r.dialect} | ${r.driver} | ${f(a.p50)} | ${f(a.p95)} | ${claimed.p50.toFixed(0)} / ${up.p50.toFixed(0)} / ${use.p50.toFixed(0)} ms | ${f(s.p50)} | ${f(s.p95)} | ${r.primitive} | ${f(p.p50)} | ${f(p.p95)} | ${t.p50.toFixed(1)} / ${n.p50.toFixed(1)} / ${k.p50.toFixed(1)} ms | ${(a.p50 / p.p50).toFixed(1)}x | ${(a.p50 / s.p50).toFixed(1)}x | ${f(down.p50)} | ${r.sessions} + ${r.sessions} |`,
+    );
+  }
+  // Issue 16 target 4: the ama_worker lane within 2x the serve lane on the same driver.
+  for (const r of rows) {
+    const ratio = summary(r.ama.map((s) => s.result)).p50 / summary(r.serve).p50;
+    reportRatioAtMost(
+      "ama-worker-first-exec",
+      `ama_worker lane vs serve lane, first tool result (p50, ${r.driver}, ${r.dialect})`,
+      ratio,
+      2,
     );
   }
   console.log(

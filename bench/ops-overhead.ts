@@ -14,6 +14,7 @@ import type { AddressInfo } from "node:net";
 import { cpus } from "node:os";
 import { startScriptedModel } from "@openma/scripted-model";
 import { type ChildServer, startServeProcess } from "../test/support/child-server.ts";
+import { reportRatioAtMost } from "./report.ts";
 
 const ITERATIONS = Number(process.argv[2] ?? 300);
 const MODEL_KEY = "sk-scripted-ops-bench";
@@ -95,6 +96,8 @@ async function main(): Promise<void> {
       console.log(`${kind.padEnd(18)} | ${f(off).padEnd(25)} | ${f(on).padEnd(24)} | ${r50.toFixed(3).padEnd(9)} | ${rMean.toFixed(3)}`);
     }
     console.log(`overall (mean of per-kind mean ratios): ${mean(ratios).toFixed(3)}  (target ≤ 1.05)`);
+    // Issue 19's target.
+    reportRatioAtMost("ops-overhead", "request latency, metrics + tracing on vs off (mean of per-kind mean ratios)", mean(ratios), 1.05);
   } finally {
     await servers.off.close();
     await servers.on.close();

@@ -45,6 +45,7 @@ import { BACKENDS, openTestStorage, type TestStorage } from "@openma/storage/tes
 import { type ChildServer, startServeProcess } from "../test/support/child-server.ts";
 import { openRawBwrap } from "./bwrap-primitive.ts";
 import { type DockerClient, engineRoundTrip, openEngine, removeLabelledContainers } from "./docker-primitive.ts";
+import { reportRatioAtMost, reportTarget } from "./report.ts";
 
 /** Measured iterations (argv[2]) and warm-up iterations (env BENCH_WARMUP) of either first-exec benchmark. */
 export const RUNS = Math.max(1, Math.min(1000, Number(process.argv[2] ?? 20) || 20));
@@ -344,7 +345,30 @@ async function main(): Promise<void> {
       `| ${r.dialect} | ${r.driver} | ${f(h.p50)} | ${f(h.p95)} | ${f(m.p50)} | ${f(m.p95)} | ${r.primitive} | ${f(p.p50)} | ${f(p.p95)} | ${(h.p50 / p.p50).toFixed(1)}x | ${((h.p50 - m.p50) / p.p50).toFixed(1)}x | ${r.aliveAfterArchive} of ${r.sessions} |`,
     );
   }
+  reportSandboxTargets(rows);
   console.log("\nRatios use p50s. Host and model-only sessions are new each time; each is archived once idle, outside the timed span.");
+}
+
+/** Issue 16 target 4: session create -> first tool result <= 1.5x and <= 15 ms above raw bwrap; <= 1.2x the Engine API. */
+function reportSandboxTargets(rows: Row[]): void {
+  for (const r of rows) {
+    const host = summary(r.host).p50;
+    const raw = summary(r.raw).p50;
+    const metric = `session create -> first tool result vs ${r.primitive} (p50, ${r.dialect})`;
+    if (r.driver === "docker") {
+      reportRatioAtMost("session-first-exec", metric.replace("session", "docker session"), host / raw, 1.2);
+      continue;
+    }
+    reportRatioAtMost("session-first-exec", metric.replace("session", "bwrap session"), host / raw, 1.5);
+    reportTarget({
+      bench: "session-first-exec",
+      metric: `bwrap session create -> first tool result above ${r.primitive} (p50, ${r.dialect})`,
+      target: "<= 15 ms",
+      measured: host - raw,
+      unit: "ms",
+      pass: host - raw <= 15,
+    });
+  }
 }
 
 // Run only as a script: bench/ama-worker-first-exec.ts imports the pieces above.

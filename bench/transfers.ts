@@ -15,6 +15,7 @@ import { request } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startServeProcess } from "../test/support/child-server.ts";
+import { reportTarget } from "./report.ts";
 
 const SIZE_MB = Number(process.argv[2] ?? 300);
 const CONCURRENCY = Number(process.argv[3] ?? 8);
@@ -139,6 +140,22 @@ async function main(): Promise<void> {
     console.log(
       `  server RSS idle ${mb(idle)} MB, peak ${mb(peak)} MB: +${mb(delta)} MB, ratio ${(peak / idle).toFixed(2)} (target +256 MB: ${delta <= 256 * MB ? "met" : "MISSED"})`,
     );
+    reportTarget({
+      bench: "transfers",
+      metric: `server RSS growth, ${CONCURRENCY} uploads + ${CONCURRENCY} slow downloads of ${SIZE_MB} MB, over idle`,
+      target: "<= +256 MB",
+      measured: delta / MB,
+      unit: "MB",
+      pass: delta <= 256 * MB,
+    });
+    reportTarget({
+      bench: "transfers",
+      metric: `one upload of ${SIZE_MB} MB, throughput vs cp (+ sync) of the file`,
+      target: "none (recorded)",
+      measured: cpSeconds / upSeconds,
+      unit: "x",
+      pass: true,
+    });
     console.log(`  under load: ${((2 * CONCURRENCY * SIZE_MB) / loadSeconds).toFixed(0)} MB/s in all over ${loadSeconds.toFixed(1)} s`);
     console.log(`  cp of the file: ${(SIZE_MB / cpSeconds).toFixed(0)} MB/s (${cpSeconds.toFixed(2)} s)`);
     console.log(

@@ -30,6 +30,7 @@ import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import type Anthropic from "@anthropic-ai/sdk";
 import { type ScriptedModel, startScriptedModel } from "@openma/scripted-model";
+import { reportTarget } from "./report.ts";
 import {
   createBenchAgent,
   DRIVERS,
@@ -163,6 +164,26 @@ async function main(): Promise<void> {
     console.log(
       `| ${r.driver} | ${f(w.p50)} | ${f(w.p95)} | ${f(c.p50)} | ${f(c.p95)} | ${(c.p50 / w.p50).toFixed(2)}x | ${r.sessions} | ${r.aliveAfter} (${TARGET}) |`,
     );
+  }
+  for (const r of rows) {
+    // Issue 15 asks for the ratio (no number) and for a pool that holds its target and leaks nothing.
+    const ratio = summary(r.cold).p50 / summary(r.warm).p50;
+    reportTarget({
+      bench: "warm-pool",
+      metric: `first tool result, cold vs warm (p50, ${r.driver})`,
+      target: "none (recorded)",
+      measured: ratio,
+      unit: "x",
+      pass: true,
+    });
+    reportTarget({
+      bench: "warm-pool",
+      metric: `running sandboxes after ${r.sessions} sessions (${r.driver})`,
+      target: `= ${TARGET} (the pool's target)`,
+      measured: r.aliveAfter,
+      unit: "sandboxes",
+      pass: r.aliveAfter === TARGET,
+    });
   }
   const leaked = rows.filter((r) => r.aliveAfter !== TARGET);
   if (leaked.length > 0)
