@@ -144,7 +144,7 @@ describe("a harness killed (SIGKILL) mid-turn", () => {
     expect(said).toEqual(["profile:codex history=1 rows=0"]);
     expect(next.published.filter((e) => e.type === "session.warning")).toHaveLength(0);
     await next.runner.destroy();
-  });
+  }, 120_000);
 
   it("between publishing the idle and the workspace commit: stale candidate, one recovery, no context lost", async () => {
     await crashAt("commit");
@@ -173,5 +173,5 @@ describe("a harness killed (SIGKILL) mid-turn", () => {
     expect(prompt).toContain("Assistant: profile:codex turn=2");
     expect(prompt).toContain("Current request:\nthree\n");
     await next.runner.destroy();
-  });
+  }, 120_000);
 });
