@@ -29,7 +29,7 @@ export interface AcpArtifactDecl {
  * agent that names a session's file after the wall-clock minute it opened it
  * and opens it again on load: a restored file must not be found under the
  * name the agent would give it now. `from` must not match its own output, so
- * restoring twice renames once.
+ * restoring twice renames once; neither may contain `/` (the sed delimiter).
  */
 export interface AcpRestoreRename {
   from: string;
