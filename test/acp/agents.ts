@@ -66,6 +66,35 @@ const SETUPS = {
         ].join("\n"),
       ),
   }),
+  gemini: (m: ModelEndpoint): AgentSetup => ({
+    release: release("gemini"),
+    profile: "gemini",
+    keyStyle: "x-goog-api-key",
+    env: { GOOGLE_GEMINI_BASE_URL: m.origin, GEMINI_API_KEY: m.key, GEMINI_MODEL: "gemini-2.5-flash" },
+    // Gemini CLI advertises session/load only.
+    expectedContinue: "load",
+    // Its routing classifier asks for a JSON complexity score and rejects one below 1.
+    sideRules: [{ label: "router", match: { json_output: true }, json: { complexity_reasoning: "simple", complexity_score: 10 } }],
+    // Its start-up session cleanup deletes every chat file sharing an id prefix
+    // with a header-only one, and each session/load leaves a header-only chat
+    // for the loaded id: on the placement after that, the session itself would
+    // go. Retention of a managed session's chats is ours (the durable copy).
+    configure: async (binding, state) => {
+      await mkdirP(state, `${binding.nativePath}/.gemini`);
+      await state.writeFile(
+        `${binding.nativePath}/.gemini/settings.json`,
+        JSON.stringify({ general: { sessionRetention: { enabled: false } } }),
+      );
+    },
+  }),
+  "claude-code": (m: ModelEndpoint): AgentSetup => ({
+    release: release("claude-agent-acp"),
+    profile: "claude-code",
+    keyStyle: "x-api-key",
+    env: { ANTHROPIC_BASE_URL: m.origin, ANTHROPIC_API_KEY: m.key, CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1" },
+    expectedContinue: "resume",
+    reportsUsage: true,
+  }),
   opencode: (m: ModelEndpoint): AgentSetup => ({
     release: release("opencode"),
     profile: "opencode",

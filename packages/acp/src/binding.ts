@@ -10,7 +10,14 @@
  * carries it to the next placement; the live half does not, so nothing the
  * agent writes outside the allowlist (auth files, caches) is ever published.
  */
-import { type AcpAgentIdentity, type AcpArtifactKind, type AcpProfile, type AcpResumeClaim, profileFor } from "./profiles.ts";
+import {
+  type AcpAgentIdentity,
+  type AcpArtifactKind,
+  type AcpProfile,
+  type AcpRestoreRename,
+  type AcpResumeClaim,
+  profileFor,
+} from "./profiles.ts";
 
 export const DEFAULT_WORKSPACE_ROOT = "/workspace";
 export const DEFAULT_EPHEMERAL_ROOT = "/tmp/openma-harness-state";
@@ -27,6 +34,7 @@ export interface AcpBoundArtifact {
   runtimePath: string;
   kind: AcpArtifactKind;
   requiredForResume: boolean;
+  restoreRename?: AcpRestoreRename;
 }
 
 export type AcpDurability = "native" | "acp" | "opaque";
@@ -112,6 +120,7 @@ export function bindAcpState(input: BindAcpStateInput): AcpStateBinding {
       runtimePath: join(nativePath, a.path),
       kind: a.kind,
       requiredForResume: a.requiredForResume,
+      ...(a.restoreRename ? { restoreRename: a.restoreRename } : {}),
     })),
     env,
   };

@@ -1,4 +1,4 @@
-import { mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -17,17 +17,23 @@ const exists = (p: string) =>
     () => false,
   );
 
-async function hermes() {
+/** A materialized binding of `agentId` in a fresh directory; its first artifact. */
+async function bound(agentId: string) {
   dir = await mkdtemp(join(tmpdir(), "openma-acp-ns-"));
   const binding = bindAcpState({
     sessionId: "sesn_n",
-    agent: { id: "hermes" },
+    agent: { id: agentId },
     workspaceRoot: join(dir, "ws"),
     ephemeralRoot: join(dir, "tmp"),
   });
   const state = new AcpNativeState(nodeStatePort(), binding);
   await state.materialize();
-  return { state, db: binding.artifacts[0] as { path: string; runtimePath: string } };
+  return { state, first: binding.artifacts[0] as { path: string; runtimePath: string } };
+}
+
+async function hermes() {
+  const { state, first } = await bound("hermes");
+  return { state, db: first };
 }
 
 describe("sqlite artifacts move as one unit", () => {
@@ -81,5 +87,47 @@ describe("port failures surface", () => {
     const failing: AcpStatePort = { writeFile: async () => {}, exec: async () => ({ exitCode: 1, stdout: "", stderr: "disk full" }) };
     await expect(new AcpNativeState(failing, state.binding).capture()).rejects.toThrow(/capture sqlite .*disk full/);
     expect(await new AcpNativeState(failing, state.binding).readCheckpoint()).toBeNull();
+  });
+});
+
+describe("restore renames (Gemini CLI's minute-stamped chat files)", () => {
+  async function gemini() {
+    const { state, first } = await bound("gemini");
+    return { state, chats: join(first.runtimePath, "workspace", "chats"), tmp: first.runtimePath };
+  }
+
+  it("renames a restored chat out of the name Gemini would give it on load, once, and leaves other files alone", async () => {
+    const { state, chats, tmp } = await gemini();
+    await mkdir(chats, { recursive: true });
+    const stamped = "session-2026-12-02T11-45-249d99aa.jsonl";
+    await writeFile(join(chats, stamped), '{"sessionId":"249d99aa-1"}\n');
+    await writeFile(join(tmp, "workspace", ".project_root"), "/workspace");
+    await writeFile(join(chats, "notes.txt"), "not a chat");
+    await state.capture();
+    await state.release();
+
+    await state.restore();
+    expect(await readFile(join(chats, `session-restored-2026-12-02T11-45-249d99aa.jsonl`), "utf8")).toContain("249d99aa-1");
+    expect(await exists(join(chats, stamped))).toBe(false);
+    expect(await readFile(join(tmp, "workspace", ".project_root"), "utf8")).toBe("/workspace");
+    expect(await exists(join(chats, "notes.txt"))).toBe(true);
+
+    // The next placement restores the renamed copy as is (the rule does not match its own output).
+    await state.capture();
+    await state.release();
+    await state.restore();
+    expect((await readdir(chats)).sort()).toEqual(["notes.txt", "session-restored-2026-12-02T11-45-249d99aa.jsonl"]);
+  });
+
+  it("never overwrites a file already under the new name", async () => {
+    const { state, chats } = await gemini();
+    await mkdir(chats, { recursive: true });
+    await writeFile(join(chats, "session-2026-12-02T11-45-aaaaaaaa.jsonl"), "stamped");
+    await writeFile(join(chats, "session-restored-2026-12-02T11-45-aaaaaaaa.jsonl"), "kept");
+    await state.capture();
+    await state.release();
+    await state.restore();
+    expect(await readFile(join(chats, "session-restored-2026-12-02T11-45-aaaaaaaa.jsonl"), "utf8")).toBe("kept");
+    expect(await readFile(join(chats, "session-2026-12-02T11-45-aaaaaaaa.jsonl"), "utf8")).toBe("stamped");
   });
 });

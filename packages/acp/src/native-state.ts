@@ -70,6 +70,17 @@ sqlite)
 *) echo "unknown artifact kind $kind" >&2; exit 2 ;;
 esac`;
 
+// $1 directory, $2 sed ERE, $3 replacement: renames every file below $1 whose
+// base name the expression changes. An existing target is left alone (never
+// overwritten: it is a file the agent wrote under that name itself).
+const RENAME_RESTORED = `root=$1 from=$2 to=$3
+[ -d "$root" ] || exit 0
+find "$root" -type f | while IFS= read -r f; do
+  b=\${f##*/}
+  n=$(printf '%s\\n' "$b" | sed -E "s/$from/$to/")
+  if [ "$n" != "$b" ] && [ ! -e "\${f%/*}/$n" ]; then mv "$f" "\${f%/*}/$n"; fi
+done`;
+
 // Args: kind path kind path ...; prints each missing path on its own line.
 const PROBE = `while [ $# -gt 1 ]; do
   kind=$1 p=$2; shift 2
@@ -126,9 +137,15 @@ export class AcpNativeState {
     for (const a of this.binding.artifacts) await this.copy(a, a.runtimePath, a.path, "capture");
   }
 
-  /** Durable → live, for every declared artifact, before the agent starts. */
+  /** Durable → live, for every declared artifact, before the agent starts; then the profile's restore renames. */
   async restore(): Promise<void> {
-    for (const a of this.binding.artifacts) await this.copy(a, a.path, a.runtimePath, "restore");
+    for (const a of this.binding.artifacts) {
+      await this.copy(a, a.path, a.runtimePath, "restore");
+      if (a.restoreRename && a.kind === "directory") {
+        const { from, to } = a.restoreRename;
+        await sh(this.port, RENAME_RESTORED, [a.runtimePath, from, to], `restore rename ${a.runtimePath}`);
+      }
+    }
   }
 
   private async copy(a: AcpBoundArtifact, src: string, dst: string, what: string): Promise<void> {

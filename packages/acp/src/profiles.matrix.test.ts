@@ -100,7 +100,9 @@ describe("ACP native-state profile matrix", () => {
     await state.materialize();
     const manifest = parseSessionBinding(await readFile(binding.bindingPath, "utf8"));
     expect(manifest?.adapter_id).toBe(profileId);
-    expect(manifest?.session_artifacts).toEqual(binding.artifacts.map((a) => ({ ...a })));
+    expect(manifest?.session_artifacts).toEqual(
+      binding.artifacts.map(({ path, runtimePath, kind, requiredForResume }) => ({ path, runtimePath, kind, requiredForResume })),
+    );
     for (const a of binding.artifacts) {
       expect(a.path.startsWith(`${binding.checkpointNativePath}/`)).toBe(true);
       expect(a.runtimePath.startsWith(`${binding.nativePath}/`)).toBe(true);

@@ -19,6 +19,21 @@ export interface AcpArtifactDecl {
   kind: AcpArtifactKind;
   /** When false, a missing copy does not block resume (capture-only state). */
   requiredForResume: boolean;
+  /** Files under a restored directory artifact to rename before the agent starts (see AcpRestoreRename). */
+  restoreRename?: AcpRestoreRename;
+}
+
+/**
+ * A rename applied to the base name of every file under a restored directory
+ * artifact (`sed -E "s/from/to/"`; a name it leaves unchanged stays). For an
+ * agent that names a session's file after the wall-clock minute it opened it
+ * and opens it again on load: a restored file must not be found under the
+ * name the agent would give it now. `from` must not match its own output, so
+ * restoring twice renames once; neither may contain `/` (the sed delimiter).
+ */
+export interface AcpRestoreRename {
+  from: string;
+  to: string;
 }
 
 /**
@@ -75,7 +90,21 @@ export const ACP_PROFILES: readonly AcpProfile[] = [
     provenance: "harbor",
     matches: ["gemini", "gemini-cli"],
     env: { GEMINI_CLI_HOME: "" },
-    artifacts: [dir(".gemini/tmp")],
+    // Gemini CLI 0.61 names a chat `chats/session-<UTC minute>-<id[0..8]>.jsonl`
+    // and, on session/load, first records the loaded id as a fresh chat: in the
+    // minute the session began that appends a new header (and a message-list
+    // reset) to the very file it then loads, so the history is gone and the
+    // load fails ("No previous sessions found"). A restored chat is renamed out
+    // of that pattern; Gemini finds a chat by the id inside, not by its name.
+    artifacts: [
+      {
+        ...dir(".gemini/tmp"),
+        restoreRename: {
+          from: "^session-([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}-[0-9]{2}-[^.]+[.]jsonl?)$",
+          to: "session-restored-\\1",
+        },
+      },
+    ],
     resume: "native-and-acp",
   },
   {
