@@ -97,6 +97,8 @@ export function openAcpSessions(options: AcpSessionsOptions): AcpSessions {
   const { storage, logger } = options;
   const gatewayRoot = join(options.dataDir, "acp-gateway");
   let driver: BubblewrapSandbox | null = null;
+  // Sandboxes whose processes died with an earlier server (kill -9): their records go before the first placement.
+  let reaped: Promise<unknown> | null = null;
   const placements = new Map<string, Promise<Placement>>();
 
   const sandboxDriver = (): BubblewrapSandbox => {
@@ -152,6 +154,8 @@ export function openAcpSessions(options: AcpSessionsOptions): AcpSessions {
       keyStyle: setup.keyStyle,
     });
     const sandbox = sandboxDriver();
+    reaped ??= sandbox.reapLeftovers().catch(() => 0);
+    await reaped;
     try {
       const dirs = await sessionDirs(options.dataDir, sessionId, false);
       const scope = { environmentId: "acp", sessionId };
