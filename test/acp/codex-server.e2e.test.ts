@@ -16,6 +16,8 @@
  * the workspace and continues it (`session/resume`): the retried request
  * carries turns 1 and 2, and no recovery warning is published.
  */
+import { existsSync } from "node:fs";
+import { join } from "node:path";
 import type Anthropic from "@anthropic-ai/sdk";
 import { ensureAgentRelease, KNOWN_AGENT_RELEASES } from "@openma/acp";
 import { pinnedAcpRelease } from "@openma/api";
@@ -111,6 +113,12 @@ describe("Codex as a session harness through openma serve and the official SDK",
     expect(model.requests.filter((r) => JSON.stringify(r.headers).includes("openma-placeholder"))).toEqual([]);
     // No session.error: every answered request came through the gateway with the real key.
     expect((await allEvents(client, session.id)).filter((e) => e.type === "session.error")).toEqual([]);
+
+    // Archiving the session ends its placement: the ACP session closes and its model gateway stops listening.
+    const socket = join(srv.store.dataDir, "acp-gateway", `${session.id}.sock`);
+    expect(existsSync(socket)).toBe(true);
+    await client.beta.sessions.archive(session.id);
+    expect(existsSync(socket)).toBe(false);
   }, 600_000);
 });
 

@@ -89,6 +89,8 @@ const textOf = (e: CanonicalEvent): string =>
 export interface AcpSessions {
   /** The default runner for sessions without a pinned ACP release, the ACP agent for the others. */
   route(fallback: TurnRunner): TurnRunner;
+  /** The session was archived or deleted: ends its placement (closes the ACP session, ends the sandbox). */
+  release(sessionId: string): Promise<void>;
   /** Ends every placement (the native state's durable copy stays for the next server). */
   close(): Promise<void>;
 }
@@ -270,6 +272,7 @@ export function openAcpSessions(options: AcpSessionsOptions): AcpSessions {
         giveUp: (sessionId, input) => fallback.giveUp(sessionId, input),
       };
     },
+    release: unplace,
     async close() {
       await Promise.all([...placements.keys()].map(unplace));
       await driver?.shutdown();

@@ -122,6 +122,7 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
     // An archived or deleted session's sandbox goes now, not when its idle timer fires.
     // An archived one's outputs are collected once more after its sandbox stopped writing to them.
     onSessionClosed: async (sessionId, why) => {
+      await brain?.acp.release(sessionId);
       await brain?.sandboxes.release(sessionId);
       if (why === "archived") await brain?.outputs.collect(sessionId);
     },
