@@ -9,8 +9,9 @@
  *
  * Checked: each turn's `agent.message` (streamed through the SDK), that turn
  * 2's model request carries turn 1 (one ACP session across turns), the
- * session's pinned release, and that changing the agent's selection leaves
- * the live session on its release. Then a real `openma serve` process is
+ * session's pinned release, that changing the agent's selection leaves
+ * the live session on its release, that a `user.interrupt` cancels a turn
+ * (`session/cancel`), and that archiving ends the placement. Then a real `openma serve` process is
  * killed with SIGKILL while Codex waits on turn 3's model; a restarted server
  * on the same data takes the turn over, restores Codex's native session from
  * the workspace and continues it (`session/resume`): the retried request
@@ -36,6 +37,8 @@ const CODEX = KNOWN_AGENT_RELEASES.find((r) => r.id === "codex-acp");
 const SCRIPT = [
   { label: "one", match: { last_user_text_contains: "first task" }, response: "answer one" },
   { label: "two", match: { last_user_text_contains: "second task" }, response: "answer two" },
+  // Held on the model's manual clock until the user interrupts.
+  { label: "long", match: { last_user_text_contains: "long task" }, delay: { first_byte_ms: HELD_MS }, response: "too late" },
   // Held on the model's manual clock: the server is killed while Codex waits for it. A request cut off
   // hands its turn back, so the retried request (from the restarted server) gets it.
   { label: "three", match: { last_user_text_contains: "third task" }, delay: { first_byte_ms: HELD_MS }, response: "answer three" },
@@ -63,12 +66,14 @@ describe("Codex as a session harness through openma serve and the official SDK",
   let srv: TestServer;
   let client: Anthropic;
   let integrity: string;
+  let clock: ManualScheduler;
 
   beforeAll(async () => {
     assertBwrapInstalled();
     if (!CODEX) throw new Error("codex-acp is not a known release");
     integrity = (await ensureAgentRelease(CODEX)).integrity;
-    model = await startScriptedModel({ apiKey: REAL_KEY, script: { turns: SCRIPT } });
+    clock = new ManualScheduler();
+    model = await startScriptedModel({ apiKey: REAL_KEY, scheduler: clock, script: { turns: SCRIPT } });
     srv = await startTestServer("sqlite", {
       OPENMA_BRAIN: "on",
       OPENMA_SANDBOX: "bubblewrap",
@@ -113,6 +118,18 @@ describe("Codex as a session harness through openma serve and the official SDK",
     expect(model.requests.filter((r) => JSON.stringify(r.headers).includes("openma-placeholder"))).toEqual([]);
     // No session.error: every answered request came through the gateway with the real key.
     expect((await allEvents(client, session.id)).filter((e) => e.type === "session.error")).toEqual([]);
+
+    // A user.interrupt while Codex waits on its model: session/cancel, Codex drops the request, the turn ends.
+    const stream = await client.beta.sessions.events.stream(session.id);
+    await client.beta.sessions.events.send(session.id, { events: userMessage("long task") as never });
+    await clock.untilSleeping();
+    const held = requestWith(model, "long task");
+    await client.beta.sessions.events.send(session.id, { events: [{ type: "user.interrupt" }] });
+    for await (const e of stream) if (e.type === "session.status_idle") break;
+    stream.controller.abort();
+    await model.idle();
+    expect(model.requests[held]?.outcome).toBe("aborted");
+    expect(said(await allEvents(client, session.id))).not.toContain("too late");
 
     // Archiving the session ends its placement: the ACP session closes and its model gateway stops listening.
     const socket = join(srv.store.dataDir, "acp-gateway", `${session.id}.sock`);

@@ -31,7 +31,7 @@ import {
 import { appendEvents, type Logger, pinnedAcpRelease } from "@openma/api";
 import type { FenceIdentity, ManagedSandboxLease, RuntimeResourceScope } from "@openma/contract";
 import { BubblewrapSandbox, bubblewrapProcesses } from "@openma/driver-bubblewrap";
-import type { TurnOutcome, TurnRunner } from "@openma/execution";
+import { type TurnOutcome, type TurnRunner, watchSession } from "@openma/execution";
 import { GATEWAY_FORWARDER_DIR, GATEWAY_FORWARDER_SCRIPT, type ModelGateway, openModelGateway } from "@openma/model-gateway";
 import type { Clock, IdFactory, Storage } from "@openma/storage";
 import { planFor, SANDBOX_NODE_DIR, serveNodeRuntime, sessionDirs } from "./sandbox.ts";
@@ -247,6 +247,10 @@ export function openAcpSessions(options: AcpSessionsOptions): AcpSessions {
       void entry.then((p) => p.runner.interrupt()).catch(() => {});
     };
     signal.addEventListener("abort", onAbort, { once: true });
+    // A user.interrupt (or termination) while the turn runs: session/cancel, and the agent ends its turn.
+    const watch = await watchSession(storage, sessionId, onAbort, (err) =>
+      logger.warn({ session_id: sessionId, err: err.message }, "ACP turn watch failed"),
+    );
     try {
       const p = await entry;
       const result = await p.runner.runTurn(last.id, inputs.map(textOf).join("\n\n"));
@@ -257,6 +261,7 @@ export function openAcpSessions(options: AcpSessionsOptions): AcpSessions {
       await unplace(sessionId);
       return { type: "failed", error: String(error) };
     } finally {
+      watch.close();
       signal.removeEventListener("abort", onAbort);
     }
   };
