@@ -652,7 +652,11 @@ async function startPools(
 }
 
 /** The per-session host directories, made on first use. */
-async function sessionDirs(dataDir: string, sessionId: string, traversable: boolean): Promise<{ workspace: string; outputs: string }> {
+export async function sessionDirs(
+  dataDir: string,
+  sessionId: string,
+  traversable: boolean,
+): Promise<{ workspace: string; outputs: string }> {
   const workspace = join(dataDir, "workspaces", sessionId);
   const outputs = join(dataDir, "outputs", sessionId);
   if (traversable) {
@@ -667,7 +671,7 @@ async function sessionDirs(dataDir: string, sessionId: string, traversable: bool
 }
 
 /** Drivers take a plan; in this lane the harness runs outside the sandbox, so no process is started in it. */
-function planFor(provider: string): ManagedRuntimePlan {
+export function planFor(provider: string): ManagedRuntimePlan {
   return {
     provider,
     driver: { type: "ama_worker", process: { command: "true" } },

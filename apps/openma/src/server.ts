@@ -5,6 +5,7 @@
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { serve } from "@hono/node-server";
+import { acpReleaseCatalog, agentCacheRoot } from "@openma/acp";
 import { type ApiDeps, createApp, type Logger, TransferSlots, withDreams } from "@openma/api";
 import { mountConsole } from "@openma/console";
 import { ExecutionWorker } from "@openma/execution";
@@ -19,6 +20,7 @@ import type { BlobStore } from "@openma/storage/blobs";
 import type { Scheduler } from "@openma/time";
 import type { Tracer } from "@opentelemetry/api";
 import pino from "pino";
+import { type AcpSessions, openAcpSessions } from "./acp-sessions.ts";
 import { startActivation } from "./activation.ts";
 import { ensureAdminKey } from "./admin-key.ts";
 import { startAutomation } from "./automation.ts";
@@ -115,9 +117,12 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
     },
     selfHostedBrain: config.brain.selfHosted,
     prices: config.prices,
+    // Agents and environments may select an ACP agent release installed in this cache (docs/acp.md).
+    acpReleases: acpReleaseCatalog(agentCacheRoot(process.env)),
     // An archived or deleted session's sandbox goes now, not when its idle timer fires.
     // An archived one's outputs are collected once more after its sandbox stopped writing to them.
     onSessionClosed: async (sessionId, why) => {
+      await brain?.acp.release(sessionId);
       await brain?.sandboxes.release(sessionId);
       if (why === "archived") await brain?.outputs.collect(sessionId);
     },
@@ -224,6 +229,7 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
         // Running turns go back to pending so another process resumes them at once.
         await brain?.worker.stop();
         // Then the sessions' sandboxes (their workspaces stay on disk).
+        await brain?.acp.close();
         brain?.closures.stop();
         await brain?.closures.settled();
         await brain?.sandboxes.close();
@@ -268,6 +274,8 @@ async function sealSecretsAtRest(storage: Storage, deps: ApiDeps, keys: SecretKe
  */
 interface Brain {
   worker: ExecutionWorker;
+  /** Sessions that pinned an ACP agent: their agents' placements (acp-sessions.ts). */
+  acp: AcpSessions;
   sandboxes: ServeSandboxes;
   /** The sessions' outputs directories, collected into session-scoped files (session-outputs.ts). */
   outputs: SessionOutputs;
@@ -329,7 +337,17 @@ async function startBrain(
     limits: { maxFileBytes: config.transfers.fileUploadLimitBytes },
     bufferBytes: config.transfers.bufferBytes,
   });
-  const collecting = collectingRunner(runner, outputs, deps.logger);
+  const acp = openAcpSessions({
+    storage: deps.storage,
+    clock: deps.clock,
+    ids: deps.ids,
+    logger: deps.logger,
+    dataDir: config.dataDir,
+    cacheRoot: agentCacheRoot(process.env),
+    catalog: acpReleaseCatalog(agentCacheRoot(process.env)),
+    model: config.model,
+  });
+  const collecting = collectingRunner(acp.route(runner), outputs, deps.logger);
   const worker = new ExecutionWorker({
     storage: deps.storage,
     // Dreams are queued beside sessions (ADR 0021): the same claims, leases and attempts.
@@ -351,7 +369,7 @@ async function startBrain(
   });
   worker.start();
   const closures = followSessionClosures({ storage: deps.storage, sandboxes, logger: deps.logger });
-  return { worker, sandboxes, outputs, closures };
+  return { worker, acp, sandboxes, outputs, closures };
 }
 
 /**

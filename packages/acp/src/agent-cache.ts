@@ -113,7 +113,11 @@ const exists = (p: string) =>
     () => false,
   );
 
-async function readInstalled(release: AcpAgentRelease, dir: string): Promise<InstalledAgentRelease | null> {
+/** The release's directory in the cache. */
+export const releaseDir = (cacheRoot: string, release: AcpAgentRelease): string =>
+  join(cacheRoot, `${release.package.replace("/", "+")}@${release.version}`);
+
+export async function readInstalled(release: AcpAgentRelease, dir: string): Promise<InstalledAgentRelease | null> {
   if (!(await exists(join(dir, release.bin)))) return null;
   try {
     const lock = JSON.parse(await readFile(join(dir, "package-lock.json"), "utf8")) as {
@@ -133,7 +137,7 @@ async function readInstalled(release: AcpAgentRelease, dir: string): Promise<Ins
  * half-installed release that looks whole. Install scripts are not run.
  */
 export async function ensureAgentRelease(release: AcpAgentRelease, cacheRoot = agentCacheRoot()): Promise<InstalledAgentRelease> {
-  const dir = join(cacheRoot, `${release.package.replace("/", "+")}@${release.version}`);
+  const dir = releaseDir(cacheRoot, release);
   const ready = await readInstalled(release, dir);
   if (ready) return ready;
   const scratch = `${dir}.installing-${process.pid}`;
@@ -168,7 +172,7 @@ export async function ensureAgentRelease(release: AcpAgentRelease, cacheRoot = a
 export async function listInstalledAgentReleases(cacheRoot = agentCacheRoot()): Promise<InstalledAgentRelease[]> {
   const out: InstalledAgentRelease[] = [];
   for (const release of KNOWN_AGENT_RELEASES) {
-    const found = await readInstalled(release, join(cacheRoot, `${release.package.replace("/", "+")}@${release.version}`));
+    const found = await readInstalled(release, releaseDir(cacheRoot, release));
     if (found) out.push(found);
   }
   return out;

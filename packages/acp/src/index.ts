@@ -5,6 +5,7 @@ export {
   type InstalledAgentRelease,
   KNOWN_AGENT_RELEASES,
   listInstalledAgentReleases,
+  releaseDir,
 } from "./agent-cache.ts";
 export {
   AcpAgentClient,
@@ -15,6 +16,15 @@ export {
   type AcpSpawn,
   type AcpSpawnInput,
 } from "./agent-client.ts";
+export {
+  AGENT_NAMES,
+  type AgentName,
+  type AgentSetup,
+  agentLaunch,
+  agentSetup,
+  type ModelEndpoint,
+  setupForRelease,
+} from "./agent-setups.ts";
 export {
   type AcpBoundArtifact,
   type AcpDurability,
@@ -64,6 +74,14 @@ export {
   recoveryHistoryLines,
 } from "./recovery-prompt.ts";
 export { sandboxSpawn, toolSandboxStatePort } from "./sandbox.ts";
+export {
+  ACP_AGENT_METADATA_KEY,
+  type AcpReleaseCatalog,
+  type AcpSelection,
+  acpReleaseCatalog,
+  type PinnedAcpRelease,
+  parseAcpSelection,
+} from "./selection.ts";
 export {
   type AcpAgentLaunch,
   AcpSessionRunner,

@@ -1,4 +1,5 @@
 /** What every route can reach through `c.get(...)`: injected, never global. */
+import type { AcpReleaseCatalog } from "@openma/acp";
 import type { SelfHostedBrain } from "@openma/execution/placement";
 import type { OpenmaMetrics } from "@openma/metrics";
 import type { PriceTable } from "@openma/pricing";
@@ -60,6 +61,12 @@ export interface ApiDeps {
   metrics?: OpenmaMetrics | undefined;
   /** Webhook delivery policy; `allowPrivateTargets` (OPENMA_WEBHOOK_ALLOW_PRIVATE_TARGETS) admits loopback/private URLs and plain http. */
   webhooks?: { allowPrivateTargets: boolean } | undefined;
+  /**
+   * The ACP agent releases this server can run (`openma serve`: the agent
+   * cache; docs/acp.md "Selecting an agent"). Absent: an agent or environment
+   * that selects one with `metadata["openma.acp_agent"]` is refused.
+   */
+  acpReleases?: AcpReleaseCatalog | undefined;
 }
 
 /** Published on the change bus after a session is archived or deleted. */

@@ -14,6 +14,7 @@ import { dreamsProfilesTunnels } from "./migrations/0018_dreams_profiles_tunnels
 import { sessionCompactions } from "./migrations/0019_session_compactions.ts";
 import { sessionThreads } from "./migrations/0020_session_threads.ts";
 import { activationIntents } from "./migrations/0021_activation_intents.ts";
+import { sessionAcpRelease } from "./migrations/0022_session_acp_release.ts";
 
 /** Ordered by name; a new migration is a new file plus one line here. */
 export const migrations: Record<string, Migration> = {
@@ -31,6 +32,7 @@ export const migrations: Record<string, Migration> = {
   "0019_session_compactions": sessionCompactions,
   "0020_session_threads": sessionThreads,
   "0021_activation_intents": activationIntents,
+  "0022_session_acp_release": sessionAcpRelease,
 };
 
 /**

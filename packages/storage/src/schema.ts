@@ -58,6 +58,8 @@ export interface SessionRow {
   created_at: string;
   updated_at: string;
   archived_at: string | null;
+  /** The pinned ACP agent release as JSON, or null: the default harness (migration 0022). */
+  acp_release?: string | null;
 }
 
 export interface SessionEventRow {

@@ -6,6 +6,7 @@ import type { Context } from "hono";
 import { Hono } from "hono";
 import type { Kysely, Transaction } from "kysely";
 import { z } from "zod";
+import { checkAcpSelection } from "../acp-harness.ts";
 import { requireCredential } from "../auth.ts";
 import type { AppEnv } from "../context.ts";
 import { ApiError, badRequest, notFound } from "../errors.ts";
@@ -115,6 +116,7 @@ export function agentRoutes(): Hono<AppEnv> {
       archived_at: null,
     };
     checkConfig(agent);
+    checkAcpSelection(c.get("deps"), agent.metadata, "metadata");
     await c
       .get("deps")
       .storage.db.transaction()
@@ -169,6 +171,7 @@ export function agentRoutes(): Hono<AppEnv> {
       if (input.execution_identity !== undefined) next.execution_identity = input.execution_identity ?? { type: "service_account" };
       next.metadata = applyMetadataPatch(current.metadata, input.metadata);
       checkConfig(next);
+      checkAcpSelection(c.get("deps"), next.metadata, "metadata");
       const strip = (a: Agent) => JSON.stringify({ ...a, version: 0, updated_at: "" });
       if (strip(next) === strip(current)) return current; // no modification, no new version
       next.version = current.version + 1;

@@ -9,6 +9,7 @@ import { recordObjectEvent } from "@openma/webhooks";
 import type { Context } from "hono";
 import { Hono } from "hono";
 import type { Kysely, Transaction } from "kysely";
+import { checkAcpSelection } from "../acp-harness.ts";
 import { ENVIRONMENT_KEY_PREFIX, requireCredential } from "../auth.ts";
 import type { AppEnv } from "../context.ts";
 import { ApiError, badRequest, notFound } from "../errors.ts";
@@ -86,6 +87,7 @@ async function updateEnvironment(c: Context<AppEnv>, id: string): Promise<Enviro
     if (input.scope === null) delete next.scope;
     else if (input.scope !== undefined) next.scope = input.scope;
     next.metadata = applyMetadataPatch(current.metadata, metadataPatch);
+    checkAcpSelection(c.get("deps"), next.metadata, "metadata");
     if (JSON.stringify(next) === row.body) return current; // nothing changed: no new updated_at
     next.updated_at = nowIso(c);
     // Conditional on the body we read, so a concurrent update cannot be lost.
@@ -113,6 +115,7 @@ export function environmentRoutes(): Hono<AppEnv> {
   r.post("/", async (c) => {
     const input = await parseJsonBody(c, environmentCreateSchema);
     const metadata = parseMetadata(input.metadata);
+    checkAcpSelection(c.get("deps"), metadata, "metadata");
     const now = nowIso(c);
     const env: Environment = {
       type: "environment",

@@ -5,6 +5,7 @@
  * environment key or sessions token scoped to the session; everything else
  * takes an API key.
  */
+import type { PinnedAcpRelease } from "@openma/acp";
 import { brainRunsOnServer, TURN_BEARING_TYPES } from "@openma/execution/placement";
 import { EXECUTION_TOPIC, forgetSession, requestTurn } from "@openma/execution/queue";
 import { type Database, type IdFactory, type SessionResourceRow, type SessionRow, toIso } from "@openma/storage";
@@ -13,6 +14,7 @@ import type { Context } from "hono";
 import { Hono } from "hono";
 import { type Kysely, sql, type Transaction } from "kysely";
 import type { z } from "zod";
+import { pinAcpRelease, refuseSessionAcpSelection } from "../acp-harness.ts";
 import { assertSessionScope, requireCredential } from "../auth.ts";
 import { type ApiDeps, type AppEnv, SESSIONS_CLOSED_TOPIC } from "../context.ts";
 import { badRequest, notFound } from "../errors.ts";
@@ -44,6 +46,7 @@ import { fromJson, nowIso, pathId } from "../util.ts";
 import { parseJsonBody, parseQuery } from "../validate.ts";
 import { notifyWork } from "../work-queue.ts";
 import { loadAgentIn } from "./agents.ts";
+import { loadEnvironment } from "./environments.ts";
 
 type Db = Kysely<Database> | Transaction<Database>;
 
@@ -226,6 +229,8 @@ export interface PreparedSession {
   resources: ResourceInsert[];
   drafts: EventDraft[];
   configType: string;
+  /** The ACP agent release the session runs (pinned here, once), or null: the default harness. */
+  acpRelease: PinnedAcpRelease | null;
 }
 
 /**
@@ -239,8 +244,14 @@ export async function prepareSession(
   input: SessionCreateInput,
   deploymentId: string | null = null,
 ): Promise<PreparedSession> {
+  refuseSessionAcpSelection(input.metadata, true);
   const agent = await resolveAgent(db, input.agent);
   const env = await usableEnvironment(db, input.environment_id);
+  const acpRelease = await pinAcpRelease(
+    deps,
+    (await loadAgentIn(db, agent.id, agent.version)).metadata,
+    (await loadEnvironment(db, env.id)).metadata,
+  );
   const vaultIds = await checkVaults(db, input.vault_ids ?? []);
   await checkRubricFiles(db, input.initial_events ?? [], "initial_events");
   const now = toIso(deps.clock.now());
@@ -265,7 +276,7 @@ export async function prepareSession(
     deployment_id: deploymentId,
   };
   const drafts = (input.initial_events ?? []).map((e) => draftFromParam(e, deps.ids));
-  return { session, resources, drafts, configType: env.config_type };
+  return { session, resources, drafts, configType: env.config_type, acpRelease };
 }
 
 export interface InsertedSession {
@@ -282,7 +293,7 @@ export async function insertSession(trx: Transaction<Database>, deps: ApiDeps, p
   const { session, resources, drafts } = p;
   await trx
     .insertInto("sessions")
-    .values({ ...sessionRowOf(session), last_seq: 0 })
+    .values({ ...sessionRowOf(session), last_seq: 0, acp_release: p.acpRelease ? JSON.stringify(p.acpRelease) : null })
     .execute();
   if (resources.length)
     await trx
@@ -325,6 +336,7 @@ async function createSession(c: Context<AppEnv>): Promise<Session> {
 
 async function updateSession(c: Context<AppEnv>, id: string): Promise<Session> {
   const input = await parseJsonBody(c, sessionUpdateSchema, { allowEmpty: true });
+  refuseSessionAcpSelection(input.metadata, false);
   const deps = c.get("deps");
   const { db } = deps.storage;
   const vaultIds = input.vault_ids === undefined ? undefined : await checkVaults(db, input.vault_ids);

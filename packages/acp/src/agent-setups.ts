@@ -1,0 +1,204 @@
+/**
+ * How each real agent reaches a model and where its settings go, given the
+ * model endpoint it sees: `openma serve`'s ACP sessions and the e2e scenarios
+ * (inside a sandbox, through the host-side model gateway, with a placeholder
+ * key) and bench/acp-agents.ts (on the host, straight at the scripted model)
+ * run the same setup. Configuration is rebuilt on every placement, never
+ * restored from a checkpoint.
+ */
+import type { ModelKeyStyle } from "@openma/model-gateway";
+import { type AcpAgentRelease, KNOWN_AGENT_RELEASES } from "./agent-cache.ts";
+import type { AcpStateBinding } from "./binding.ts";
+import type { AcpStatePort } from "./native-state.ts";
+
+/** The model as the agent sees it: an origin (no path) and the key it presents. */
+export interface ModelEndpoint {
+  origin: string;
+  key: string;
+}
+
+export interface AgentSetup {
+  release: AcpAgentRelease;
+  /** The profile directory under the durable namespace (`codex`, `opencode`, ...). */
+  profile: string;
+  keyStyle: ModelKeyStyle;
+  env: Record<string, string>;
+  /** Writes the agent's configuration into its live home on every placement (never checkpointed). */
+  configure?: (binding: AcpStateBinding, state: AcpStatePort) => Promise<void>;
+  /** Side rules for the agent's auxiliary requests. */
+  sideRules?: unknown[];
+  expectedContinue: "resume" | "load";
+  /** The agent returns PromptResponse.usage. */
+  reportsUsage?: boolean;
+}
+
+const release = (id: string): AcpAgentRelease => {
+  const found = KNOWN_AGENT_RELEASES.find((r) => r.id === id);
+  if (!found) throw new Error(`no known release ${id}`);
+  return found;
+};
+
+async function mkdirP(state: AcpStatePort, dir: string): Promise<void> {
+  const made = await state.exec(["mkdir", "-p", dir]);
+  if (made.exitCode !== 0) throw new Error(`mkdir ${dir}: ${made.stderr}`);
+}
+
+const SETUPS = {
+  codex: (m: ModelEndpoint): AgentSetup => ({
+    release: release("codex-acp"),
+    profile: "codex",
+    keyStyle: "bearer",
+    env: { OPENMA_MODEL_API_KEY: m.key },
+    expectedContinue: "resume",
+    // Codex reads its model provider from CODEX_HOME/config.toml.
+    configure: (binding, state) =>
+      state.writeFile(
+        `${binding.nativePath}/config.toml`,
+        [
+          'model = "gpt-5.3-codex"',
+          'model_provider = "openma"',
+          'approval_policy = "never"',
+          'sandbox_mode = "danger-full-access"',
+          "[model_providers.openma]",
+          'name = "OpenMA model gateway"',
+          `base_url = "${m.origin}/v1"`,
+          'env_key = "OPENMA_MODEL_API_KEY"',
+          'wire_api = "responses"',
+          "",
+        ].join("\n"),
+      ),
+  }),
+  gemini: (m: ModelEndpoint): AgentSetup => ({
+    release: release("gemini"),
+    profile: "gemini",
+    keyStyle: "x-goog-api-key",
+    env: { GOOGLE_GEMINI_BASE_URL: m.origin, GEMINI_API_KEY: m.key, GEMINI_MODEL: "gemini-2.5-flash" },
+    // Gemini CLI advertises session/load only.
+    expectedContinue: "load",
+    // Its routing classifier asks for a JSON complexity score and rejects one below 1.
+    sideRules: [{ label: "router", match: { json_output: true }, json: { complexity_reasoning: "simple", complexity_score: 10 } }],
+    // Its start-up session cleanup deletes every chat file sharing an id prefix
+    // with a header-only one, and each session/load leaves a header-only chat
+    // for the loaded id: on the placement after that, the session itself would
+    // go. Retention of a managed session's chats is ours (the durable copy).
+    configure: async (binding, state) => {
+      await mkdirP(state, `${binding.nativePath}/.gemini`);
+      await state.writeFile(
+        `${binding.nativePath}/.gemini/settings.json`,
+        JSON.stringify({ general: { sessionRetention: { enabled: false } } }),
+      );
+    },
+  }),
+  "claude-code": (m: ModelEndpoint): AgentSetup => ({
+    release: release("claude-agent-acp"),
+    profile: "claude-code",
+    keyStyle: "x-api-key",
+    env: { ANTHROPIC_BASE_URL: m.origin, ANTHROPIC_API_KEY: m.key, CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1" },
+    expectedContinue: "resume",
+    reportsUsage: true,
+  }),
+  opencode: (m: ModelEndpoint): AgentSetup => ({
+    release: release("opencode"),
+    profile: "opencode",
+    keyStyle: "x-api-key",
+    env: {
+      // No models.dev catalogue fetch, no self-update, no language-server downloads: the sandbox has no network.
+      OPENCODE_DISABLE_MODELS_FETCH: "1",
+      OPENCODE_DISABLE_AUTOUPDATE: "1",
+      OPENCODE_DISABLE_LSP_DOWNLOAD: "1",
+      // Its configuration travels as environment (its config directory is not an artifact).
+      OPENCODE_CONFIG_CONTENT: JSON.stringify({
+        model: "anthropic/claude-sonnet-4-5",
+        small_model: "anthropic/claude-sonnet-4-5",
+        autoupdate: false,
+        share: "disabled",
+        permission: { edit: "allow", bash: "allow" },
+        provider: { anthropic: { options: { baseURL: `${m.origin}/v1`, apiKey: m.key } } },
+      }),
+    },
+    expectedContinue: "resume",
+    reportsUsage: true,
+  }),
+  "qwen-code": (m: ModelEndpoint): AgentSetup => ({
+    release: release("qwen-code"),
+    profile: "qwen-code",
+    keyStyle: "bearer",
+    // Chat Completions.
+    env: { OPENAI_BASE_URL: `${m.origin}/v1`, OPENAI_API_KEY: m.key, OPENAI_MODEL: "qwen3-coder-plus" },
+    expectedContinue: "resume",
+    // After each turn a background "managed memory" agent asks the model what to remember: nothing.
+    sideRules: [
+      { label: "memory", match: { last_user_text_contains: "Managed memory has TWO directories" }, response: "Nothing to save." },
+    ],
+  }),
+  pi: (m: ModelEndpoint): AgentSetup => ({
+    release: release("pi-acp"),
+    profile: "pi",
+    keyStyle: "x-api-key",
+    env: { PI_OFFLINE: "1", PI_SKIP_VERSION_CHECK: "1", OPENMA_MODEL_API_KEY: m.key },
+    // pi-acp advertises session/load only.
+    expectedContinue: "load",
+    // pi reads its providers from the agent directory.
+    configure: async (binding, state) => {
+      const agentDir = `${binding.nativePath}/home/.pi/agent`;
+      await mkdirP(state, agentDir);
+      const provider = {
+        baseUrl: m.origin,
+        api: "anthropic-messages",
+        apiKey: "$OPENMA_MODEL_API_KEY",
+        models: [{ id: "claude-sonnet-4-5" }],
+      };
+      await state.writeFile(`${agentDir}/models.json`, JSON.stringify({ providers: { openma: provider } }));
+      await state.writeFile(`${agentDir}/settings.json`, JSON.stringify({ defaultProvider: "openma", defaultModel: "claude-sonnet-4-5" }));
+    },
+  }),
+  copilot: (m: ModelEndpoint): AgentSetup => ({
+    release: release("copilot"),
+    profile: "copilot",
+    keyStyle: "x-api-key",
+    env: {
+      // Offline BYOK: no GitHub login, telemetry or self-update.
+      COPILOT_OFFLINE: "true",
+      COPILOT_AUTO_UPDATE: "false",
+      COPILOT_ALLOW_ALL: "true",
+      COPILOT_PROVIDER_TYPE: "anthropic",
+      COPILOT_PROVIDER_BASE_URL: m.origin,
+      COPILOT_PROVIDER_API_KEY: m.key,
+      COPILOT_MODEL: "claude-sonnet-4.5",
+    },
+    // Copilot CLI advertises session/load (and close), not session/resume.
+    expectedContinue: "load",
+    reportsUsage: true,
+  }),
+} satisfies Record<string, (m: ModelEndpoint) => AgentSetup>;
+
+export type AgentName = keyof typeof SETUPS;
+export const AGENT_NAMES = Object.keys(SETUPS) as AgentName[];
+
+export function agentSetup(name: AgentName, model: ModelEndpoint): AgentSetup {
+  return SETUPS[name](model);
+}
+
+/** The setup of the agent whose release id is `releaseId` (`codex-acp`, ...), or null when none is written down here. */
+export function setupForRelease(releaseId: string, model: ModelEndpoint): AgentSetup | null {
+  for (const name of AGENT_NAMES) {
+    const setup = agentSetup(name, model);
+    if (setup.release.id === releaseId) return setup;
+  }
+  return null;
+}
+
+/**
+ * The command line of a release installed at `agentDir`, with `nodeDir` as
+ * the Node it runs on when it needs a newer one than `node` on PATH. PATH
+ * puts that Node and the release's own programs (pi-acp spawns `pi`) first.
+ */
+export function agentLaunch(
+  r: AcpAgentRelease,
+  where: { agentDir: string; nodeDir: string },
+): { command: string; args: string[]; path: string } {
+  const bin = `${where.agentDir}/${r.bin}`;
+  const node = r.nodeMajor ? `${where.nodeDir}/node` : "node";
+  const path = `${r.nodeMajor ? `${where.nodeDir}:` : ""}${where.agentDir}/node_modules/.bin:/usr/local/bin:/usr/bin:/bin`;
+  return r.node ? { command: node, args: [bin, ...r.args], path } : { command: bin, args: [...r.args], path };
+}
