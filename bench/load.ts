@@ -358,6 +358,12 @@ async function checkSession(run: SessionRun, store: TestStorage, requests: Recor
   const twice = [...phases.entries()].filter(([, n]) => n > 1);
   if (twice.length > 0) say(`the model saw a turn twice: ${twice.map(([k, n]) => `${k} x${n}`).join("; ")}`);
   if (mine.length !== 2 * TURNS) say(`${mine.length} model requests, expected ${2 * TURNS}`);
+  if (wrong.length > 0) {
+    // The log as the SDK lists it, compact, so a failure can be read without the (dropped) database.
+    const stop = (e: LoggedEvent) => (e.stop_reason as { type?: string } | undefined)?.type;
+    const line = listed.map((e) => `${e.type}${stop(e) ? `(${stop(e)})` : ""}@${String(e.processed_at).slice(11, 23)}`).join(" ");
+    say(`log: ${line}`);
+  }
   return wrong;
 }
 
