@@ -102,6 +102,12 @@ export interface LogState {
   terminated: boolean;
   lastStatus: StatusRecord | null;
   lastIdleSeq: number;
+  /**
+   * Last idle that ended a turn: any stop reason but `requires_action`. A `requires_action` idle only says which
+   * calls the session waits on; it answers no input, so a tool result logged just before it (a fast worker
+   * racing the loop's append of that idle) is still input the model must see.
+   */
+  lastTurnEndSeq: number;
   lastInterruptSeq: number;
   /** Last `span.model_request_end` with `is_error: false` (a response that landed). */
   lastResponseEndSeq: number;
@@ -189,6 +195,7 @@ export function scanLog(events: readonly LoggedEvent[]): LogState {
     terminated: false,
     lastStatus: null,
     lastIdleSeq: 0,
+    lastTurnEndSeq: 0,
     lastInterruptSeq: 0,
     lastResponseEndSeq: 0,
     lastInputSeq: 0,
@@ -238,6 +245,7 @@ export function scanLog(events: readonly LoggedEvent[]): LogState {
       const reason = b.stop_reason as StatusRecord["stopReason"] | undefined;
       state.lastStatus = { seq: e.seq, status, stopReason: status === "idle" ? (reason ?? { type: "end_turn" }) : null };
       if (status === "idle") state.lastIdleSeq = e.seq;
+      if (status === "idle" && state.lastStatus.stopReason?.type !== "requires_action") state.lastTurnEndSeq = e.seq;
       if (status === "terminated") state.terminated = true;
       continue;
     }

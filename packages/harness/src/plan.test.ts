@@ -96,6 +96,18 @@ describe("planStep", () => {
     expect(plan(l, hosted)).toEqual({ kind: "call_model" });
   });
 
+  it("calls the model with a worker's result logged just before the requires_action idle the loop appended late", () => {
+    // Under load the worker answers between the loop's read of the log and its append of the requires_action idle
+    // (bench/load.ts found it: the turn ended end_turn without the model seeing the result).
+    const l = log();
+    l.add("user.message");
+    const use = l.add("agent.tool_use", { name: "bash", input: {}, evaluated_permission: "allow" });
+    l.add("span.model_request_end", { is_error: false });
+    l.add("user.tool_result", { tool_use_id: use, content: [] });
+    l.add("session.status_idle", idle({ type: "requires_action", event_ids: [use] }));
+    expect(plan(l, { ...cloud, envType: "self_hosted" })).toEqual({ kind: "call_model" });
+  });
+
   it("refuses sandbox tools in sandbox-free sessions and unknown tools anywhere, but routes server tools", () => {
     const web: ServerToolExecutor = {
       id: "web_fetch",

@@ -167,7 +167,7 @@ export function planStep(state: LogState, ctx: PlanContext): Step {
       dedupeKey: `idle:requires_action:${digest}`,
     };
   }
-  if (state.lastInputSeq > Math.max(state.lastResponseEndSeq, state.lastIdleSeq, state.lastInterruptSeq)) {
+  if (state.lastInputSeq > Math.max(state.lastResponseEndSeq, state.lastTurnEndSeq, state.lastInterruptSeq)) {
     if (ctx.budget === undefined || ctx.budget === "ok") {
       const cut = compactionDue(state, ctx.compaction);
       return cut === null ? { kind: "call_model" } : { kind: "compact", cut };
