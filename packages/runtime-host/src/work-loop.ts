@@ -68,6 +68,8 @@ export class WorkLoop {
   readonly #stop = new AbortController();
   readonly #backoff: RetryBackoff;
   #loops: Promise<void>[] = [];
+  /** The run in progress here per session: a session's runs on this host go one after the other. */
+  readonly #runs = new Map<string, Promise<RuntimeRunResult>>();
 
   constructor(options: WorkLoopOptions) {
     this.#options = options;
@@ -139,7 +141,7 @@ export class WorkLoop {
     }
     o.tickets.set(ticket);
     try {
-      const result = await this.#runWaitingOutStaleFence(ticket);
+      const result = await this.#afterEarlierRunOf(ticket);
       // Only the host's own failures count; a lost lease, a cancellation or a held fence are someone else's doing.
       if (result.type === "completed") this.#backoff.succeeded(ticket.sessionId);
       else if (result.type === "failed" || result.type === "admission_error") this.#backoff.failed(ticket.sessionId);
@@ -152,6 +154,27 @@ export class WorkLoop {
       else o.logger.warn({ ...summary, ...("error" in result ? { error: result.error } : {}) }, "session run ended early");
     } finally {
       o.tickets.delete(ticket);
+    }
+  }
+
+  /**
+   * A session's next Work can arrive while its previous run here is still
+   * winding down (its turn ended, the worker exiting, the fence not yet
+   * released). Started at once, it would find that live fence and end as a
+   * `conflict`, leaving its Work to be reclaimed a lease later. It waits for
+   * that run instead (heartbeating its own Work meanwhile), then starts.
+   */
+  async #afterEarlierRunOf(ticket: WorkTicket): Promise<RuntimeRunResult> {
+    const earlier = this.#runs.get(ticket.sessionId);
+    const run = (async () => {
+      await earlier?.catch(() => {});
+      return this.#runWaitingOutStaleFence(ticket);
+    })();
+    this.#runs.set(ticket.sessionId, run);
+    try {
+      return await run;
+    } finally {
+      if (this.#runs.get(ticket.sessionId) === run) this.#runs.delete(ticket.sessionId);
     }
   }
 
