@@ -55,6 +55,11 @@ export function meteredModel(model: ModelPort, metrics: OpenmaMetrics, tracer?: 
         ? await inSpan(tracer, "openma.model.request", { "gen_ai.request.model": request.model }, async (span) => {
             const a = await send();
             span.setAttribute("openma.outcome", a.type === "failure" ? a.failure.errorType : a.type);
+            if (a.type === "response") {
+              // The OpenTelemetry GenAI names, as the SDK's own span (turned off in harness/model.ts) would carry them.
+              span.setAttribute("gen_ai.usage.input_tokens", a.response.usage.input_tokens);
+              span.setAttribute("gen_ai.usage.output_tokens", a.response.usage.output_tokens);
+            }
             return a;
           })
         : await send();

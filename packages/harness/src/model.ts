@@ -152,6 +152,10 @@ export function createAnthropicModel(opts: AnthropicModelOptions): ModelPort {
     baseURL: opts.baseURL ?? null,
     maxRetries: 0,
     ...(opts.timeoutMs ? { timeout: opts.timeoutMs } : {}),
+    // No spans of the SDK's own: with tracing on, `openma serve` spans each request itself
+    // (`openma.model.request`, with the gen_ai usage), and a second span per request cost
+    // a measured 0.4 ms of CPU per turn (bench/ops-overhead.ts). Trace context still propagates.
+    openTelemetry: { traces: false },
   });
   return {
     retry,
