@@ -33,16 +33,8 @@ export async function withSession<T>(
     result = await deps.storage.db.transaction().execute(async (trx): Promise<Guarded<T>> => {
       const row = await lockSession(trx, sessionId);
       if (row.archived_at || row.status === "terminated") return { type: "terminated" };
-      if (guard.interruptAfterSeq !== undefined) {
-        const interrupt = await trx
-          .selectFrom("session_events")
-          .select("seq")
-          .where("session_id", "=", sessionId)
-          .where("seq", ">", guard.interruptAfterSeq)
-          .where("type", "=", "user.interrupt")
-          .limit(1)
-          .executeTakeFirst();
-        if (interrupt) return { type: "interrupted" };
+      if (guard.interruptAfterSeq !== undefined && (await loggedSince(trx, sessionId, guard.interruptAfterSeq, "user.interrupt"))) {
+        return { type: "interrupted" };
       }
       const value = await fn({
         trx,
@@ -61,6 +53,28 @@ export async function withSession<T>(
   }
   if (appended) await notifyAppended(deps, sessionId);
   return result;
+}
+
+/**
+ * Whether an event of `type` landed after log position `afterSeq`: of any thread, or with
+ * `threadId` of that one only (`null`: the primary thread). Run under the session lock, the
+ * answer holds until the transaction ends.
+ */
+export async function loggedSince(
+  trx: Transaction<Database>,
+  sessionId: string,
+  afterSeq: number,
+  type: string,
+  threadId?: string | null,
+): Promise<boolean> {
+  let query = trx
+    .selectFrom("session_events")
+    .select("seq")
+    .where("session_id", "=", sessionId)
+    .where("seq", ">", afterSeq)
+    .where("type", "=", type);
+  if (threadId !== undefined) query = query.where("thread_id", threadId === null ? "is" : "=", threadId);
+  return (await query.limit(1).executeTakeFirst()) !== undefined;
 }
 
 export function draft(type: string, fields: Record<string, unknown>, dedupeKey: string): EventDraft {

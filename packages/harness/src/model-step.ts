@@ -13,7 +13,7 @@
  */
 import type { ContentBlock } from "@anthropic-ai/sdk/resources/messages";
 import type { EventDraft } from "@openma/api";
-import { draft, type SessionTx, withSession } from "./append.ts";
+import { draft, loggedSince, withSession } from "./append.ts";
 import { modelIdOf, type SessionContext, serverToolContext } from "./context.ts";
 import { buildConversation, loadCompaction } from "./conversation.ts";
 import { failedAttemptsSince, type LogState } from "./log.ts";
@@ -239,7 +239,10 @@ async function recordResponse(
       // A response that would end the turn answers only what its request held. A user.message that
       // landed meanwhile would be closed unseen by the final idle: drop the response instead (as after
       // an interrupt) and plan again, so the next request holds both messages.
-      if (plan.outcome?.type === "idle" && (await userMessageSince(tx, ctx.sessionId, rq.state.lastSeq, deps.scope?.id ?? null))) {
+      if (
+        plan.outcome?.type === "idle" &&
+        (await loggedSince(tx.trx, ctx.sessionId, rq.state.lastSeq, "user.message", deps.scope?.id ?? null))
+      ) {
         return "superseded" as const;
       }
       const events = await tx.append(plan.drafts);
@@ -296,18 +299,4 @@ async function recordFailure(rq: Requested, attempt: number, startId: string, fa
     tx.append([draft("session.status_running", {}, `${key}:running:${attempt + 1}`)]),
   );
   return resumed.type === "ok" ? "retry" : ENDED;
-}
-
-/** Whether a user.message for this thread (`null`: the primary thread) landed after log position `afterSeq`. */
-async function userMessageSince(tx: SessionTx, sessionId: string, afterSeq: number, threadId: string | null): Promise<boolean> {
-  const row = await tx.trx
-    .selectFrom("session_events")
-    .select("seq")
-    .where("session_id", "=", sessionId)
-    .where("seq", ">", afterSeq)
-    .where("type", "=", "user.message")
-    .where("thread_id", threadId === null ? "is" : "=", threadId)
-    .limit(1)
-    .executeTakeFirst();
-  return row !== undefined;
 }
