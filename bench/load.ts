@@ -59,6 +59,7 @@ import { openTestStorage, type TestStorage } from "@openma/storage/testing";
 import { type Balancer, startBalancer } from "../test/support/balancer.ts";
 import { type ChildServer, startServeProcess } from "../test/support/child-server.ts";
 import { formatProfileSummary, summarizeCpuProfile } from "./load-profile.ts";
+import { readProcStat } from "./proc-stat.ts";
 import { reportTarget } from "./report.ts";
 
 const REPO_ROOT = fileURLToPath(new URL("..", import.meta.url));
@@ -155,14 +156,8 @@ async function rssOf(pid: number): Promise<{ peak: number; now: number }> {
 
 /** CPU seconds of a process itself and of its reaped children. */
 async function cpuOf(pid: number): Promise<{ self: number; children: number }> {
-  const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => "");
-  // Fields after `(comm)`: state ppid ... utime(12) stime(13) cutime(14) cstime(15), counted from state as 1; in clock ticks.
-  const f = stat
-    .slice(stat.lastIndexOf(")") + 2)
-    .split(" ")
-    .map(Number);
-  const tick = 100;
-  return { self: ((f[11] ?? 0) + (f[12] ?? 0)) / tick, children: ((f[13] ?? 0) + (f[14] ?? 0)) / tick };
+  const stat = await readProcStat(pid);
+  return { self: stat?.cpuSeconds ?? 0, children: stat?.childrenCpuSeconds ?? 0 };
 }
 
 /** Busy CPU seconds of the whole machine so far (every tenant), from /proc/stat. */
@@ -181,15 +176,8 @@ async function sandboxScan(hostPid: number, cpuByPid: Map<number, number>): Prom
   const procs = new Map<number, { ppid: number; comm: string; cpu: number }>();
   for (const name of await readdir("/proc").catch(() => [])) {
     if (!/^\d+$/.test(name)) continue;
-    const stat = await readFile(`/proc/${name}/stat`, "utf8").catch(() => "");
-    if (!stat) continue;
-    // `pid (comm) state ppid ...`: comm may hold spaces, so read after its closing parenthesis.
-    const close = stat.lastIndexOf(")");
-    const f = stat
-      .slice(close + 2)
-      .split(" ")
-      .map(Number);
-    procs.set(Number(name), { ppid: f[1] ?? 0, comm: stat.slice(stat.indexOf("(") + 1, close), cpu: ((f[11] ?? 0) + (f[12] ?? 0)) / 100 });
+    const stat = await readProcStat(name);
+    if (stat) procs.set(Number(name), { ppid: stat.ppid, comm: stat.comm, cpu: stat.cpuSeconds });
   }
   const underHost = (pid: number) => {
     for (let p = procs.get(pid), hops = 0; p && hops < 32; p = procs.get(p.ppid), hops++) if (p.ppid === hostPid) return true;

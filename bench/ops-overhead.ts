@@ -16,12 +16,12 @@
  * Run: npx tsx bench/ops-overhead.ts [iterations=300]
  */
 
-import { readFileSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { cpus } from "node:os";
 import { startScriptedModel } from "@openma/scripted-model";
 import { type ChildServer, startServeProcess } from "../test/support/child-server.ts";
+import { readProcStat } from "./proc-stat.ts";
 import { reportRatioAtMost } from "./report.ts";
 
 const ITERATIONS = Number(process.argv[2] ?? 300);
@@ -31,13 +31,13 @@ const KINDS = ["create session", "send message", "retrieve session"] as const;
 
 const quantile = (sorted: number[], q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? Number.NaN;
 const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
-/** A process's CPU time so far (user + system), in ms; /proc counts in clock ticks of 10 ms. */
-const cpuMs = (pid: number) => {
-  const fields = (readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1] ?? "").split(" ");
-  return (Number(fields[11]) + Number(fields[12])) * 10;
-};
 type Mode = "off" | "on" | "control";
 const MODES: readonly Mode[] = ["off", "on", "control"];
+/** Each server's CPU time so far (user + system), in ms. */
+const cpuMsOf = async (servers: Record<Mode, ChildServer>) =>
+  Object.fromEntries(
+    await Promise.all(MODES.map(async (m) => [m, ((await readProcStat(servers[m].pid))?.cpuSeconds ?? 0) * 1000])),
+  ) as Record<Mode, number>;
 
 async function main(): Promise<void> {
   let spans = 0;
@@ -91,17 +91,15 @@ async function main(): Promise<void> {
     // Warm-up, not measured.
     for (let i = 0; i < 20; i++) for (const mode of MODES) await once(mode);
     for (const m of Object.values(samples)) m.clear();
-    const cpuBefore = Object.fromEntries(MODES.map((m) => [m, cpuMs(servers[m].pid)])) as Record<Mode, number>;
+    const cpuBefore = await cpuMsOf(servers);
     for (let i = 0; i < ITERATIONS; i++) {
       // Rotate which goes first, so none always follows another's turn.
       for (let j = 0; j < MODES.length; j++) await once(MODES[(i + j) % MODES.length] as Mode);
       if (i % 100 === 99)
         await fetch(`${servers.on.baseURL}/metrics`, { headers: { authorization: `Bearer ${API_KEY}` } }).then((r) => r.text());
     }
-    const cpuPerIteration = Object.fromEntries(MODES.map((m) => [m, (cpuMs(servers[m].pid) - cpuBefore[m]) / ITERATIONS])) as Record<
-      Mode,
-      number
-    >;
+    const cpuAfter = await cpuMsOf(servers);
+    const cpuPerIteration = Object.fromEntries(MODES.map((m) => [m, (cpuAfter[m] - cpuBefore[m]) / ITERATIONS])) as Record<Mode, number>;
     console.log(`# operations overhead benchmark  (${new Date().toISOString()}, node ${process.version}, ${cpus().length} cpus)`);
     console.log(`${ITERATIONS} iterations per server; metrics + tracing on vs off; OTLP export requests received: ${spans}`);
     console.log("request            | off p50 / p95 / mean (ms) | on p50 / p95 / mean (ms) | ratio p50 | ratio mean");
