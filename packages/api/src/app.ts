@@ -15,6 +15,7 @@ import { dreamRoutes } from "./routes/dreams.ts";
 import { environmentRoutes } from "./routes/environments.ts";
 import { eventRoutes } from "./routes/events.ts";
 import { fileRoutes } from "./routes/files.ts";
+import { harnessEventRoutes } from "./routes/harness-events.ts";
 import { memoryStoreRoutes } from "./routes/memory-stores.ts";
 import { sessionRoutes } from "./routes/sessions.ts";
 import { skillRoutes } from "./routes/skills.ts";
@@ -100,6 +101,8 @@ export function createApp(deps: ApiDeps, info: AppInfo = { version: "0.0.0" }): 
   app.route("/v1/environments", workRoutes());
   app.route("/v1/environments", environmentRoutes());
   app.route("/v1/sessions", eventRoutes());
+  // OpenMA extension: the event sink of a harness running inside a self-hosted sandbox.
+  app.route("/v1/sessions", harnessEventRoutes());
   app.route("/v1/sessions", threadRoutes());
   app.route("/v1/sessions", sessionRoutes());
   // OpenMA extension: the console's workspace browser.

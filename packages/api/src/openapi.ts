@@ -16,6 +16,7 @@ import { agentVersionQuery } from "./routes/agents.ts";
 import { deploymentListQuery, deploymentRunListQuery } from "./routes/deployments.ts";
 import { dreamCreateSchema, dreamListQuery } from "./routes/dreams.ts";
 import { eventListQuery, eventStreamQuery } from "./routes/events.ts";
+import { harnessEventsSchema } from "./routes/harness-events.ts";
 import { sessionListPageQuery } from "./routes/sessions.ts";
 import { threadListQuery } from "./routes/threads.ts";
 import { certificateCreateSchema, tunnelCreateSchema, tunnelListQuery, tunnelRotateTokenSchema } from "./routes/tunnels.ts";
@@ -103,6 +104,10 @@ export const OPERATIONS: readonly Operation[] = [
   op("get", "/v1/sessions/{session_id}/events/stream", "streamEvents", "Stream a session's events (SSE)", {
     query: eventStreamQuery,
     response: "sse",
+  }),
+  // OpenMA extension (ADR 0034): the event sink of a harness running inside a self-hosted sandbox.
+  op("post", "/v1/sessions/{session_id}/harness/events", "postHarnessEvents", "Post an in-sandbox harness's events", {
+    body: harnessEventsSchema,
   }),
   op("post", "/v1/sessions", "createSession", "Create a session", { body: sessionCreateSchema }),
   op("get", "/v1/sessions", "listSessions", "List sessions", { query: sessionListPageQuery }),

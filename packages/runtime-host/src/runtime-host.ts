@@ -51,6 +51,7 @@ import { type Storage, sha256Hex, systemClock } from "@openma/storage";
 import { deploymentId, SqlSandboxOwnership } from "@openma/storage/sandbox-owners";
 import { realScheduler, type Scheduler } from "@openma/time";
 import type { WarmPoolStats } from "@openma/warm-pool";
+import { type AcpHarnessConfig, type AcpLane, openAcpLane } from "./acp-lane.ts";
 import { AmaWorkerRunner, type WorkTicket } from "./ama-worker-runner.ts";
 import { type ApiBridge, openApiBridge } from "./api-bridge.ts";
 import { openRemoteParts, type RemoteRuntimeHostDriver, remoteProfile } from "./remote.ts";
@@ -109,6 +110,13 @@ export interface RuntimeHostOptions {
   warmPool?: { target: number; leaseTtlMs?: number; reapIntervalMs?: number };
   /** Wraps the host's fence and workspace ports (`openma serve` times and counts them for metrics). */
   instrument?: RuntimeHostInstruments;
+  /**
+   * The harness this host runs for every claimed session (ADR 0034): the official worker (`ama_worker`, the
+   * default; the brain stays in the server), or the session's pinned ACP agent under the in-sandbox ACP harness
+   * (`openma_supervised`; the server must leave the brain to the Work item: OPENMA_SELF_HOSTED_BRAIN=work_item).
+   * The ACP lane runs on bubblewrap only.
+   */
+  harness?: "ama_worker" | AcpHarnessConfig;
 }
 
 export interface RuntimeHostInstruments {
@@ -153,7 +161,13 @@ export async function startRuntimeHost(options: RuntimeHostOptions): Promise<Run
   await mkdir(stateDir, { recursive: true, mode: 0o711 });
   const hostLabels = { [HOST_LABEL]: hostId };
   let bridge: ApiBridge | null = null;
+  let acp: AcpLane | null = null;
   let parts: DriverParts;
+  const harness = options.harness ?? "ama_worker";
+  if (harness !== "ama_worker" && options.driver !== "bubblewrap")
+    throw new Error(
+      `the ACP lane runs on bubblewrap only (got ${typeof options.driver === "object" ? options.driver.name : options.driver})`,
+    );
   if (typeof options.driver === "object") {
     const store = new SqlSandboxOwnership(options.storage.db, { clock: systemClock });
     const remote = await openRemoteParts(options.driver, hostLabels, { store, deployment: `rh-${hostId}` });
@@ -167,14 +181,20 @@ export async function startRuntimeHost(options: RuntimeHostOptions): Promise<Run
   } else {
     const runDir = join(stateDir, "run");
     bridge = await openApiBridge({ socketPath: join(runDir, "api.sock"), apiUrl: options.apiUrl });
-    const binds = [
+    const binds: { source: string; target: string }[] = [
       { source: sdkNodeModules(), target: SANDBOX_PATHS.nodeModules },
       { source: launcherDir(), target: SANDBOX_PATHS.launcherDir },
       { source: runDir, target: SANDBOX_PATHS.runDir },
     ];
     try {
-      parts = await openDriver(options, options.driver, hostId, binds, scheduler);
+      if (harness !== "ama_worker") {
+        acp = await openAcpLane({ config: harness, stateDir, runDir, storage: options.storage, apiUrl: options.apiUrl });
+        binds.push(...acp.binds);
+      }
+      parts = await openDriver(options, options.driver, hostId, binds, scheduler, acp !== null);
+      if (acp !== null) parts.profile = acp.profile;
     } catch (err) {
+      await acp?.close();
       await bridge.close();
       throw err;
     }
@@ -187,15 +207,25 @@ export async function startRuntimeHost(options: RuntimeHostOptions): Promise<Run
   const fences = options.instrument?.fences?.(sqlPorts.fences) ?? sqlPorts.fences;
   const { orphans } = sqlPorts;
   const tickets = new TicketBoard();
-  const runner = new AmaWorkerRunner({
-    processes: parts.processes,
-    ticketFor: (scope) => tickets.get(scope),
-    apiUrl: options.apiUrl,
-    ...parts.worker,
-    maxIdleMs: options.workerMaxIdleMs,
-    scheduler,
-    onLog: (line, scope) => options.logger.info({ session_id: scope.sessionId, worker: line.slice(0, 2000) }, "worker"),
-  });
+  const runner =
+    acp === null
+      ? new AmaWorkerRunner({
+          processes: parts.processes,
+          ticketFor: (scope) => tickets.get(scope),
+          apiUrl: options.apiUrl,
+          ...parts.worker,
+          maxIdleMs: options.workerMaxIdleMs,
+          scheduler,
+          onLog: (line, scope) => options.logger.info({ session_id: scope.sessionId, worker: line.slice(0, 2000) }, "worker"),
+        })
+      : acp.runner({
+          processes: parts.processes,
+          sandbox: parts.sandbox,
+          ticketFor: (scope) => tickets.get(scope),
+          scheduler,
+          onLog: (runtimeId, entry) =>
+            entry.type === "stderr" ? options.logger.info({ runtime_id: runtimeId, harness: entry.line }, "acp harness") : undefined,
+        });
   for (const dir of ["workspaces", "outputs"]) await mkdir(join(stateDir, dir), { recursive: true, mode: 0o711 });
   const ported = parts.ports(stateDir);
   const workspace = options.instrument?.workspace?.(ported.workspace) ?? ported.workspace;
@@ -209,7 +239,7 @@ export async function startRuntimeHost(options: RuntimeHostOptions): Promise<Run
     workspace,
     outputs,
     harness: runner,
-    lanes: ["ama_worker"],
+    lanes: [acp === null ? "ama_worker" : "openma_supervised"],
     scheduler,
     newOwnerId: () => `rh-${hostId}-${randomBytes(6).toString("hex")}`,
     timings: options.timings,
@@ -271,6 +301,7 @@ export async function startRuntimeHost(options: RuntimeHostOptions): Promise<Run
       await warm?.close();
       await reaper.stop();
       await parts.close();
+      await acp?.close();
       await bridge?.close();
     },
   };
@@ -282,6 +313,11 @@ async function openDriver(
   hostId: string,
   binds: { source: string; target: string }[],
   scheduler: Scheduler,
+  /**
+   * The ACP lane's sandboxes run as this process's user: the agent cache (by default under the home directory)
+   * must be readable to them, as under `openma serve`'s ACP sessions.
+   */
+  asHostUser = false,
 ): Promise<DriverParts> {
   const { readImageManifest } = await import("@openma/driver-node-docker");
   const manifest = await readImageManifest(options.imageManifest);
@@ -297,7 +333,12 @@ async function openDriver(
   if (driver === "bubblewrap") {
     const { BubblewrapSandbox, bubblewrapProcesses } = await import("@openma/driver-bubblewrap");
     // Labelled with this host: the warm pool's reaper lists only this host's runtimes.
-    const sandbox = new BubblewrapSandbox({ rootfs: manifest.manifest.base.rootfs, binds, labels: { [HOST_LABEL]: hostId } });
+    const sandbox = new BubblewrapSandbox({
+      rootfs: manifest.manifest.base.rootfs,
+      binds,
+      labels: { [HOST_LABEL]: hostId },
+      ...(asHostUser ? { hostUser: null } : {}),
+    });
     return {
       ...local,
       sandbox,

@@ -21,16 +21,33 @@ export interface WorkerBundle {
 
 /** Bundles `sandbox/ama-worker-core.mjs` with the SDK this package depends on. */
 export async function buildWorkerBundle(): Promise<WorkerBundle> {
-  const { build } = await import("esbuild");
   const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+  const content = await bundleForSandboxNode({
+    contents:
+      'import Anthropic from "@anthropic-ai/sdk";\nimport { runWorker } from "./sandbox/ama-worker-core.mjs";\nrunWorker(async () => Anthropic);\n',
+    resolveDir: root,
+    sourcefile: "ama-worker-remote.mjs",
+    loader: "js",
+  });
+  return { content, sha256: createHash("sha256").update(content).digest("hex") };
+}
+
+/**
+ * One ESM file for the Node of a sandbox image, with every dependency built
+ * in (a sandbox has no node_modules). `withRequire` gives the module a
+ * `require` for bundled CommonJS that calls Node built-ins through it.
+ */
+export async function bundleForSandboxNode(entry: {
+  contents: string;
+  resolveDir: string;
+  sourcefile: string;
+  loader: "js" | "ts";
+  withRequire?: boolean;
+}): Promise<Uint8Array> {
+  const { withRequire, ...stdin } = entry;
+  const { build } = await import("esbuild");
   const result = await build({
-    stdin: {
-      contents:
-        'import Anthropic from "@anthropic-ai/sdk";\nimport { runWorker } from "./sandbox/ama-worker-core.mjs";\nrunWorker(async () => Anthropic);\n',
-      resolveDir: root,
-      sourcefile: "ama-worker-remote.mjs",
-      loader: "js",
-    },
+    stdin,
     bundle: true,
     platform: "node",
     format: "esm",
@@ -38,10 +55,17 @@ export async function buildWorkerBundle(): Promise<WorkerBundle> {
     write: false,
     legalComments: "none",
     logLevel: "silent",
+    ...(withRequire
+      ? {
+          banner: {
+            js: 'import { createRequire as __openmaRequire } from "node:module"; const require = __openmaRequire(import.meta.url);',
+          },
+        }
+      : {}),
   });
   const file = result.outputFiles[0];
-  if (file === undefined) throw new Error("esbuild produced no worker bundle");
-  return { content: file.contents, sha256: createHash("sha256").update(file.contents).digest("hex") };
+  if (file === undefined) throw new Error(`esbuild produced no bundle of ${entry.sourcefile}`);
+  return file.contents;
 }
 
 /** Writes the bundle into a runtime unless this very bundle is already there. */

@@ -1,0 +1,191 @@
+/**
+ * The ACP harness in the `openma_supervised` lane, end to end (ADR 0034):
+ * a real server (Postgres) that leaves self-hosted sessions' brains to the
+ * Work item (`OPENMA_SELF_HOSTED_BRAIN=work_item`), and a runtime host in
+ * its own process serving the ACP lane on bubblewrap. The official SDK
+ * creates an agent selecting Codex (`openma.acp_agent`), a self-hosted
+ * session pins it, and turns are sent with `sessions.events.send`.
+ *
+ * Inside the sandbox the bundled ACP harness runs the Session command loop
+ * with the Work item's sessions token (over the bridged API socket), keeps
+ * ONE real Codex child (`codex-acp`) across turns, posts the projected
+ * events, and asks the host for a fenced commit after each turn. Codex
+ * reaches the scripted model only through the host-side model gateway (the
+ * model demands the real key; Codex holds a placeholder).
+ *
+ * Two turns; then the runtime host is killed with SIGKILL while Codex waits
+ * on turn 3's model request. A fresh runtime host reclaims the Work, a
+ * fresh sandbox restores the workspace from the last published candidate,
+ * and Codex continues its native session with `session/resume`: the retried
+ * request carries turns 1 and 2, no recovery prompt, no warning. While
+ * turn 3 runs, no sandboxed process holds a sessions token, the model key
+ * or the environment key in its argv or environment.
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { ensureAgentRelease, KNOWN_AGENT_RELEASES } from "@openma/acp";
+import { assertBwrapInstalled } from "@openma/driver-bubblewrap/test-support";
+import { ManualScheduler, type ScriptedModel, startScriptedModel } from "@openma/scripted-model";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startTestServer, type TestServer } from "../support/server.ts";
+import { allEvents, createSelfHostedEnvironment, endTurnIdle, type LoggedEvent, sendAndWait } from "../support/worker-e2e.ts";
+import { sandboxedProcesses } from "./support.ts";
+
+const REAL_KEY = "sk-real-model-key-acp-supervised";
+const HELD_MS = 1000;
+const CODEX = KNOWN_AGENT_RELEASES.find((r) => r.id === "codex-acp");
+const SCRIPT = [
+  { label: "one", match: { last_user_text_contains: "first task" }, response: "answer one" },
+  { label: "two", match: { last_user_text_contains: "second task" }, response: "answer two" },
+  // Held on the model's manual clock: the runtime host is killed while Codex waits for it.
+  { label: "three", match: { last_user_text_contains: "third task" }, delay: { first_byte_ms: HELD_MS }, response: "answer three" },
+];
+
+const said = (events: LoggedEvent[]) =>
+  events
+    .filter((e) => e.type === "agent.message")
+    .flatMap((e) => (e.content as { type: string; text?: string }[]).map((b) => b.text ?? ""))
+    .join("");
+const userMessage = (text: string) => [{ type: "user.message", content: [{ type: "text", text }] }];
+
+interface HostProcess {
+  child: ChildProcess;
+  log: () => string;
+  exited: Promise<void>;
+}
+
+/** Starts test/runtime-host/acp-runtime-host.child.ts; its configuration (the environment key among it) goes over stdin. */
+async function startHostProcess(config: Record<string, unknown>): Promise<HostProcess> {
+  const child = spawn(process.execPath, ["--import", "tsx", join(import.meta.dirname, "acp-runtime-host.child.ts")], {
+    stdio: ["pipe", "pipe", "pipe"],
+  });
+  let log = "";
+  child.stderr?.on("data", (chunk: Buffer) => {
+    log += chunk.toString("utf8");
+    if (process.env.DEBUG_ACP) process.stderr.write(chunk);
+  });
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  child.stdin?.end(`${JSON.stringify(config)}\n`);
+  const lines = createInterface({ input: child.stdout as NodeJS.ReadableStream });
+  await new Promise<void>((resolve, reject) => {
+    lines.on("line", (line) => {
+      if (line.includes('"ready"')) resolve();
+    });
+    void exited.then(() => reject(new Error(`the runtime host exited before it was ready:\n${log}`)));
+  });
+  return { child, log: () => log, exited };
+}
+
+describe("Codex in the openma_supervised lane of a runtime host", () => {
+  let model: ScriptedModel;
+  let t: TestServer;
+  let clock: ManualScheduler;
+  let host: HostProcess | null = null;
+
+  beforeAll(async () => {
+    assertBwrapInstalled();
+    if (!CODEX) throw new Error("codex-acp is not a known release");
+    await ensureAgentRelease(CODEX);
+    clock = new ManualScheduler();
+    model = await startScriptedModel({ apiKey: REAL_KEY, scheduler: clock, script: { turns: SCRIPT } });
+    t = await startTestServer("postgres", {
+      OPENMA_SELF_HOSTED_BRAIN: "work_item",
+      // Short Work leases: the fresh runtime host reclaims the killed one's item within seconds.
+      OPENMA_WORK_TTL_SECONDS: "4",
+    });
+  }, 600_000);
+  afterAll(async () => {
+    if (host) {
+      host.child.kill("SIGTERM");
+      await host.exited;
+    }
+    await t?.close();
+    await model?.close();
+  });
+
+  it("two turns in one ACP child; kill -9 of the runtime host mid-turn 3; a fresh host resumes Codex's native session", async () => {
+    const { client } = t;
+    const env = await createSelfHostedEnvironment(client, "acp-supervised");
+    const agent = await client.beta.agents.create({
+      name: "codex",
+      model: "gpt-5.3-codex",
+      metadata: { "openma.acp_agent": `codex-acp@${CODEX?.version}` },
+    });
+    const session = await client.beta.sessions.create({ agent: agent.id, environment_id: env.id });
+    const config = {
+      apiUrl: t.baseURL,
+      environmentId: env.id,
+      environmentKey: env.key,
+      databaseUrl: t.store.databaseUrl,
+      pgSchema: t.store.pgSchema,
+      dataDir: t.store.dataDir,
+      stateDir: join(t.store.dataDir, "runtime-host"),
+      model: { baseUrl: model.url, apiKey: REAL_KEY },
+      fenceTtlMs: 4000,
+      // The placement outlives the gap between turns: turn 2 runs in the same ACP child.
+      maxIdleMs: 120_000,
+    };
+    host = await startHostProcess(config);
+    const first = host;
+
+    const one = await sendAndWait(client, session.id, userMessage("first task"), endTurnIdle);
+    expect(said(one)).toContain("answer one");
+    expect(one.map((e) => e.type)).toEqual(
+      expect.arrayContaining(["session.status_running", "span.model_request_start", "span.model_request_end"]),
+    );
+    const two = await sendAndWait(client, session.id, userMessage("second task"), endTurnIdle);
+    expect(said(two)).toContain("answer two");
+    // Turn 2's request carries turn 1, and one ACP session served both: opened once (new), never resumed in between.
+    const second = model.requests.find((r) => JSON.stringify(r.view?.messages ?? []).includes("second task"));
+    expect(JSON.stringify(second?.view?.messages ?? [])).toContain("answer one");
+    expect(first.log().match(/ACP session \S+ opened/g)).toHaveLength(1);
+    expect(first.log()).toContain("opened (new)");
+    // Codex answered (OpenAI Responses) with the real key only the gateway holds.
+    expect(new Set(model.requests.map((r) => r.dialect))).toEqual(new Set(["openai-responses"]));
+    expect(model.requests.filter((r) => JSON.stringify(r.headers).includes("openma-placeholder"))).toEqual([]);
+
+    // Turn 3: Codex's model request is held; the runtime host is killed under it.
+    await client.beta.sessions.events.send(session.id, { events: userMessage("third task") as never });
+    await clock.untilSleeping();
+    const hung = model.requests.findIndex((r) => JSON.stringify(r.view?.messages ?? []).includes("third task"));
+    expect(hung).toBeGreaterThanOrEqual(0);
+    // No secret in any sandboxed process: no sessions token, no model key, no environment key (the placeholder is allowed).
+    const sandboxed = await sandboxedProcesses();
+    expect(sandboxed.some((p) => p.argv.includes("acp-harness.mjs"))).toBe(true);
+    expect(sandboxed.some((p) => p.environ.includes("OPENMA_MODEL_API_KEY=openma-placeholder"))).toBe(true);
+    const leaks = sandboxed.filter((p) =>
+      [REAL_KEY, env.key, "sk-ant-req-", "sk-ant-oat01-"].some((s) => p.argv.includes(s) || p.environ.includes(s)),
+    );
+    expect(leaks.map((p) => p.argv)).toEqual([]);
+    first.child.kill("SIGKILL");
+    await first.exited;
+    host = null;
+    await model.idle();
+    expect(model.requests[hung]?.outcome).toBe("aborted");
+
+    host = await startHostProcess(config);
+    const restarted = host;
+    const finished = async () => {
+      const events = await allEvents(client, session.id);
+      return said(events).includes("answer three") && endTurnIdle(events.at(-1) as LoggedEvent);
+    };
+    // The retried request sleeps on the model's clock too: let it answer.
+    await clock.untilSleeping();
+    clock.advance(HELD_MS);
+    try {
+      await expect.poll(finished, { timeout: 120_000, interval: 500 }).toBe(true);
+    } catch (error) {
+      throw new Error(`turn 3 did not finish; the fresh runtime host said:\n${restarted.log()}`, { cause: error });
+    }
+    const retried = model.requests.findIndex((r, i) => i > hung && JSON.stringify(r.view?.messages ?? []).includes("third task"));
+    expect(retried).toBeGreaterThan(hung);
+    const carried = JSON.stringify(model.requests[retried]?.view?.messages ?? []);
+    expect(carried).toContain("first task");
+    expect(carried).toContain("answer two");
+    expect(carried).not.toContain("openma-recovery");
+    expect(restarted.log()).toContain("opened (resume)");
+    const log = await allEvents(client, session.id);
+    expect(log.filter((e) => e.type === "session.warning" || e.type === "session.error")).toEqual([]);
+  }, 300_000);
+});
