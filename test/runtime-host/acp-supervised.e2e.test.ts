@@ -9,11 +9,12 @@
  * Inside the sandbox the bundled ACP harness runs the Session command loop
  * with the Work item's sessions token (over the bridged API socket), keeps
  * ONE real Codex child (`codex-acp`) across turns, posts the projected
- * events, and asks the host for a fenced commit after each turn. Codex
+ * events, sends `session/cancel` on a `user.interrupt`, and asks the host
+ * for a fenced commit after each turn. Codex
  * reaches the scripted model only through the host-side model gateway (the
  * model demands the real key; Codex holds a placeholder).
  *
- * Two turns; then the runtime host is killed with SIGKILL while Codex waits
+ * Two turns and an interrupted one; then the runtime host is killed with SIGKILL while Codex waits
  * on turn 3's model request. A fresh runtime host reclaims the Work, a
  * fresh sandbox restores the workspace from the last published candidate,
  * and Codex continues its native session with `session/resume`: the retried
@@ -38,6 +39,8 @@ const CODEX = KNOWN_AGENT_RELEASES.find((r) => r.id === "codex-acp");
 const SCRIPT = [
   { label: "one", match: { last_user_text_contains: "first task" }, response: "answer one" },
   { label: "two", match: { last_user_text_contains: "second task" }, response: "answer two" },
+  // Held on the model's manual clock until the user interrupts.
+  { label: "long", match: { last_user_text_contains: "long task" }, delay: { first_byte_ms: HELD_MS }, response: "too late" },
   // Held on the model's manual clock: the runtime host is killed while Codex waits for it.
   { label: "three", match: { last_user_text_contains: "third task" }, delay: { first_byte_ms: HELD_MS }, response: "answer three" },
 ];
@@ -104,7 +107,7 @@ describe("Codex in the openma_supervised lane of a runtime host", () => {
     await model?.close();
   });
 
-  it("two turns in one ACP child; kill -9 of the runtime host mid-turn 3; a fresh host resumes Codex's native session", async () => {
+  it("two turns in one ACP child, an interrupt; kill -9 of the runtime host mid-turn 3; a fresh host resumes Codex's native session", async () => {
     const { client } = t;
     const env = await createSelfHostedEnvironment(client, "acp-supervised");
     const agent = await client.beta.agents.create({
@@ -144,6 +147,19 @@ describe("Codex in the openma_supervised lane of a runtime host", () => {
     // Codex answered (OpenAI Responses) with the real key only the gateway holds.
     expect(new Set(model.requests.map((r) => r.dialect))).toEqual(new Set(["openai-responses"]));
     expect(model.requests.filter((r) => JSON.stringify(r.headers).includes("openma-placeholder"))).toEqual([]);
+
+    // A user.interrupt while Codex waits on its model: session/cancel, Codex drops the request, the turn ends idle.
+    const stream = await client.beta.sessions.events.stream(session.id);
+    await client.beta.sessions.events.send(session.id, { events: userMessage("long task") as never });
+    await clock.untilSleeping();
+    const held = model.requests.findIndex((r) => JSON.stringify(r.view?.messages ?? []).includes("long task"));
+    await client.beta.sessions.events.send(session.id, { events: [{ type: "user.interrupt" }] });
+    for await (const e of stream) if (e.type === "session.status_idle") break;
+    stream.controller.abort();
+    await model.idle();
+    expect(model.requests[held]?.outcome).toBe("aborted");
+    expect(said(await allEvents(client, session.id))).not.toContain("too late");
+    expect(first.log()).toContain("user.interrupt: session/cancel");
 
     // Turn 3: Codex's model request is held; the runtime host is killed under it.
     await client.beta.sessions.events.send(session.id, { events: userMessage("third task") as never });

@@ -120,6 +120,8 @@ const schema = z.object({
   ANTHROPIC_ENVIRONMENT_KEY: z.string().min(8).optional(),
   OPENMA_RUNTIME_HOST_SANDBOX: z.enum(RUNTIME_HOST_SANDBOXES).optional(),
   OPENMA_RUNTIME_HOST_CONCURRENCY: z.coerce.number().int().min(1).max(256).default(4),
+  // The harness the runtime host runs (ADR 0034): the official worker, or the session's pinned ACP agent (openma_supervised).
+  OPENMA_RUNTIME_HOST_HARNESS: z.enum(["ama_worker", "acp"]).default("ama_worker"),
   OPENMA_RUNTIME_FENCE_TTL_MS: z.coerce.number().int().min(1500).max(3_600_000).default(90_000),
   OPENMA_WORKER_MAX_IDLE_MS: z.coerce.number().int().min(0).max(86_400_000).optional(),
   // Activation (docs/activation.md): one AWS Lambda MicroVM per Work of these environments (acquire_then_session_poll).
@@ -223,6 +225,11 @@ export interface RuntimeHostConfig {
   publicUrl: string | undefined;
   /** This environment's warm pool (OPENMA_WARM_POOL; owner leases and reaping as OPENMA_SANDBOX_LEASE_TTL_MS and _REAP_INTERVAL_MS). */
   warmPool?: { target: number; leaseTtlMs: number; reapIntervalMs: number } | undefined;
+  /**
+   * OPENMA_RUNTIME_HOST_HARNESS: `ama_worker`, or `acp` (the pinned ACP agent under the in-sandbox ACP harness;
+   * its model gateway forwards to OPENMA_MODEL_BASE_URL with OPENMA_MODEL_API_KEY, a secret: never log).
+   */
+  harness: { type: "ama_worker" } | { type: "acp"; model: { baseUrl: string; apiKey: string } };
 }
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
@@ -336,6 +343,11 @@ function runtimeHostOf(e: z.infer<typeof schema>): RuntimeHostConfig | undefined
     throw new Error("invalid configuration: OPENMA_RUNTIME_HOST_ENVIRONMENT_ID needs ANTHROPIC_ENVIRONMENT_KEY (the environment's key)");
   }
   const warmTarget = e.OPENMA_WARM_POOL?.get(e.OPENMA_RUNTIME_HOST_ENVIRONMENT_ID) ?? 0;
+  const modelKey = e.OPENMA_MODEL_API_KEY || e.ANTHROPIC_API_KEY;
+  if (e.OPENMA_RUNTIME_HOST_HARNESS === "acp" && (!e.OPENMA_MODEL_BASE_URL || !modelKey))
+    throw new Error(
+      "invalid configuration: OPENMA_RUNTIME_HOST_HARNESS=acp needs OPENMA_MODEL_BASE_URL and OPENMA_MODEL_API_KEY (the model gateway's upstream)",
+    );
   return {
     environmentId: e.OPENMA_RUNTIME_HOST_ENVIRONMENT_ID,
     environmentKey: e.ANTHROPIC_ENVIRONMENT_KEY,
@@ -349,6 +361,10 @@ function runtimeHostOf(e: z.infer<typeof schema>): RuntimeHostConfig | undefined
       warmTarget > 0
         ? { target: warmTarget, leaseTtlMs: e.OPENMA_SANDBOX_LEASE_TTL_MS, reapIntervalMs: e.OPENMA_SANDBOX_REAP_INTERVAL_MS }
         : undefined,
+    harness:
+      e.OPENMA_RUNTIME_HOST_HARNESS === "acp"
+        ? { type: "acp", model: { baseUrl: e.OPENMA_MODEL_BASE_URL as string, apiKey: modelKey as string } }
+        : { type: "ama_worker" },
   };
 }
 

@@ -26,7 +26,15 @@ describe("runtime host configuration", () => {
       fenceTtlMs: 90_000,
       workerMaxIdleMs: undefined,
       apiUrl: "http://127.0.0.1:9000",
+      harness: { type: "ama_worker" },
     });
+    // OPENMA_RUNTIME_HOST_HARNESS=acp (ADR 0034) runs the pinned ACP agents; their gateway needs the model settings.
+    const acp = { OPENMA_RUNTIME_HOST_ENVIRONMENT_ID: "env_1", ANTHROPIC_ENVIRONMENT_KEY: "sk-ant-env-0123456789" };
+    expect(() => loadConfig({ ...acp, OPENMA_RUNTIME_HOST_HARNESS: "acp" })).toThrow(/needs OPENMA_MODEL_BASE_URL/);
+    expect(
+      loadConfig({ ...acp, OPENMA_RUNTIME_HOST_HARNESS: "acp", OPENMA_MODEL_BASE_URL: "http://model:1", OPENMA_MODEL_API_KEY: "sk-m" })
+        .runtimeHost?.harness,
+    ).toEqual({ type: "acp", model: { baseUrl: "http://model:1", apiKey: "sk-m" } });
     // OPENMA_WARM_POOL's entry for the host's environment is its pool (docs/warm-pools.md).
     const pooled = loadConfig({
       OPENMA_RUNTIME_HOST_ENVIRONMENT_ID: "env_1",

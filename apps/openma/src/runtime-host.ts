@@ -1,5 +1,7 @@
 /**
- * The runtime host of this process (ama_worker lane), from configuration:
+ * The runtime host of this process, from configuration (the ama_worker lane,
+ * or with OPENMA_RUNTIME_HOST_HARNESS=acp the ACP harness of the
+ * openma_supervised lane, ADR 0034):
  * `openma runtime-host` runs it alone against a server's API and database;
  * `openma serve` embeds it when OPENMA_RUNTIME_HOST_ENVIRONMENT_ID is set.
  * `OPENMA_RUNTIME_HOST_SANDBOX=auto` picks bubblewrap, then Docker, and
@@ -84,5 +86,6 @@ export async function startConfiguredRuntimeHost(options: {
     },
     workerMaxIdleMs: config.workerMaxIdleMs,
     ...(config.warmPool ? { warmPool: config.warmPool } : {}),
+    ...(config.harness.type === "acp" ? { harness: { type: "acp", model: config.harness.model } } : {}),
   });
 }

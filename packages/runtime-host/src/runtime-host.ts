@@ -1,6 +1,8 @@
 /**
  * `openma runtime-host`: the composition that serves a self-hosted
- * environment from this machine (the `ama_worker` lane). It claims
+ * environment from this machine (the `ama_worker` lane, or with `harness:
+ * {type: "acp"}` the ACP harness of the `openma_supervised` lane: see
+ * acp-lane.ts and ADR 0034). It claims
  * Environment Work, and for each claimed session runs the Managed Runtime
  * Host transaction with a local sandbox driver (bubblewrap or Docker) or a
  * cloud driver (see remote.ts),
