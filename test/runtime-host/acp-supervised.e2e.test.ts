@@ -18,7 +18,9 @@
  * on turn 3's model request. A fresh runtime host reclaims the Work, a
  * fresh sandbox restores the workspace from the last published candidate,
  * and Codex continues its native session with `session/resume`: the retried
- * request carries turns 1 and 2, no recovery prompt, no warning. While
+ * request carries turns 1 and 2, no recovery prompt, no warning. Idle past
+ * its bound, the harness closes the ACP session and completes; the host
+ * drains, publishes and stops the Work item. While
  * turn 3 runs, no sandboxed process holds a sessions token, the model key
  * or the environment key in its argv or environment.
  */
@@ -55,6 +57,8 @@ const userMessage = (text: string) => [{ type: "user.message", content: [{ type:
 interface HostProcess {
   child: ChildProcess;
   log: () => string;
+  /** The runs it finished, by result type, in order. */
+  results: string[];
   exited: Promise<void>;
 }
 
@@ -71,13 +75,16 @@ async function startHostProcess(config: Record<string, unknown>): Promise<HostPr
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
   child.stdin?.end(`${JSON.stringify(config)}\n`);
   const lines = createInterface({ input: child.stdout as NodeJS.ReadableStream });
+  const results: string[] = [];
   await new Promise<void>((resolve, reject) => {
     lines.on("line", (line) => {
-      if (line.includes('"ready"')) resolve();
+      const message = JSON.parse(line) as { ready?: boolean; result?: { type: string } };
+      if (message.result) results.push(message.result.type);
+      if (message.ready) resolve();
     });
     void exited.then(() => reject(new Error(`the runtime host exited before it was ready:\n${log}`)));
   });
-  return { child, log: () => log, exited };
+  return { child, log: () => log, results, exited };
 }
 
 describe("Codex in the openma_supervised lane of a runtime host", () => {
@@ -180,7 +187,8 @@ describe("Codex in the openma_supervised lane of a runtime host", () => {
     await model.idle();
     expect(model.requests[hung]?.outcome).toBe("aborted");
 
-    host = await startHostProcess(config);
+    // This one lets its harness end soon after the session is idle: the run completes and publishes.
+    host = await startHostProcess({ ...config, maxIdleMs: 2000 });
     const restarted = host;
     const finished = async () => {
       const events = await allEvents(client, session.id);
@@ -203,5 +211,15 @@ describe("Codex in the openma_supervised lane of a runtime host", () => {
     expect(restarted.log()).toContain("opened (resume)");
     const log = await allEvents(client, session.id);
     expect(log.filter((e) => e.type === "session.warning" || e.type === "session.error")).toEqual([]);
+
+    // Idle past maxIdleMs: the harness closes its ACP session and completes; the host drains, publishes, stops the item.
+    await expect.poll(() => restarted.results, { timeout: 60_000, interval: 200 }).toEqual(["completed"]);
+    const live = await t.store.storage.db
+      .selectFrom("work_items")
+      .select("state")
+      .where("session_id", "=", session.id)
+      .where("state", "!=", "stopped")
+      .execute();
+    expect(live).toEqual([]);
   }, 300_000);
 });
