@@ -33,7 +33,7 @@ import { ManualScheduler, type ScriptedModel, startScriptedModel } from "@openma
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../support/server.ts";
 import { allEvents, createSelfHostedEnvironment, endTurnIdle, type LoggedEvent, sendAndWait } from "../support/worker-e2e.ts";
-import { sandboxedProcesses } from "./support.ts";
+import { bwrapLeftovers, sandboxedProcesses } from "./support.ts";
 
 const REAL_KEY = "sk-real-model-key-acp-supervised";
 const HELD_MS = 1000;
@@ -221,5 +221,7 @@ describe("Codex in the openma_supervised lane of a runtime host", () => {
       .where("state", "!=", "stopped")
       .execute();
     expect(live).toEqual([]);
+    // Nothing of either host's sandboxes is left (the killed one's died with it, the completed one was terminated).
+    await expect.poll(() => bwrapLeftovers([config.stateDir]), { timeout: 30_000, interval: 200 }).toEqual([]);
   }, 300_000);
 });
