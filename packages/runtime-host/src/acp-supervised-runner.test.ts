@@ -97,13 +97,19 @@ describe("AcpSupervisedRunner", () => {
     return { processes, runner, input, commits };
   }
 
-  it("launch line first (the token only there), then the protocol; commits per turn; stops the item after completing", async () => {
+  /** A run whose harness was spawned and sent `start` (no ready yet). */
+  async function started() {
     calls.length = 0;
     const t = setup();
     const run = t.runner.run(t.input);
     await settle();
     const child = t.processes.last;
     await child.next("start");
+    return { t, run, child };
+  }
+
+  it("launch line first (the token only there), then the protocol; commits per turn; stops the item after completing", async () => {
+    const { t, run, child } = await started();
     const [launch, start] = child.received;
     expect(launch).toMatchObject({
       type: "acp_launch",
@@ -139,12 +145,7 @@ describe("AcpSupervisedRunner", () => {
   });
 
   it("a harness that reports another release is killed; the item is left to lapse", async () => {
-    calls.length = 0;
-    const t = setup();
-    const run = t.runner.run(t.input);
-    await settle();
-    const child = t.processes.last;
-    await child.next("start");
+    const { run, child } = await started();
     child.say({ type: "ready", protocol: PROTOCOL, harness: { id: "gemini", version: "0.61.0" } });
     const result = await run;
     expect(result).toMatchObject({ type: "failed", error: expect.stringContaining("codex-acp@0.16.0") });
