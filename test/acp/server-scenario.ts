@@ -201,7 +201,12 @@ export async function runServerScenario(name: AgentName): Promise<ServerScenario
     expect(messagesOf(m, retried)).toContain("first task");
     expect(messagesOf(m, retried)).toContain("answer two");
     expect(messagesOf(m, retried)).not.toContain("openma-recovery");
-    expect((await allEvents(client, session.id)).filter((e) => e.type === "session.warning")).toEqual([]);
+    const resumedLog = await allEvents(client, session.id);
+    expect(resumedLog.filter((e) => e.type === "session.warning")).toEqual([]);
+    // Turn 3's messages are its own: a session/load's history replay is not projected into the turn after it.
+    const third = resumedLog.slice(resumedLog.map((e) => e.type).lastIndexOf("user.message"));
+    expect(said(third)).toContain("answer three");
+    expect(said(third)).not.toMatch(/answer (one|two)/);
 
     // 3. No placement holds the session (the server stopped); its durable native state is deleted.
     await (server as ChildServer | null)?.close();
