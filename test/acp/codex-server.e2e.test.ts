@@ -110,7 +110,7 @@ describe("Codex as a session harness through openma serve and the official SDK",
 });
 
 describe("a Codex session through openma serve survives kill -9 mid-turn, then loses its native state", () => {
-  it("a restarted server resumes Codex's native session (session/resume); without native state it recovers once", async () => {
+  it("a restarted server resumes Codex's native session (session/resume), so does a gracefully restarted one; without native state it recovers once", async () => {
     expect(await runServerScenario("codex")).toEqual({ continuedWith: "resume" });
   }, 900_000);
 });

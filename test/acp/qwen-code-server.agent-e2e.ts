@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { runServerScenario } from "./server-scenario.ts";
 
 describe("Qwen Code as a session harness through openma serve", () => {
-  it("two turns, kill -9 of the server mid-turn 3, session/resume after the restart, then semantic recovery", async () => {
+  it("two turns, kill -9 of the server mid-turn 3, session/resume after the restart and after a graceful one, then semantic recovery", async () => {
     expect(await runServerScenario("qwen-code")).toEqual({ continuedWith: "resume" });
   }, 900_000);
 });

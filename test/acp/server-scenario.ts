@@ -15,9 +15,12 @@
  *      `session/load` (the server's "ACP agent started" log line says
  *      which): the retried request carries turns 1 and 2, no recovery
  *      prompt, no warning;
- *   3. the server stops (its placement ends; the durable copy stays), the
- *      session's durable native state is deleted from the workspace, and a
- *      third server places the next turn on the semantic recovery path:
+ *   3. the server stops gracefully (its placement closes the ACP session; the
+ *      durable copy stays) and a third server continues the session the
+ *      same way for turn 4 (a second resume or load, after a close);
+ *   4. the server stops, the session's durable native state is deleted from
+ *      the workspace, and a fourth server places the next turn on the
+ *      semantic recovery path:
  *      exactly one `session.warning` (`source: "acp_semantic_recovery"`,
  *      read through the SDK), the turn's first model request carries the
  *      recovery prompt built from the log, and the turn completes.
@@ -57,9 +60,10 @@ const DIALECT: Record<AgentName, string> = {
 
 export const SCRIPT = [
   // First: the recovery prompt quotes every earlier request, so its turn must win over theirs.
-  { label: "recovered", match: { last_user_text_contains: "openma-recovery" }, response: "answer four" },
+  { label: "recovered", match: { last_user_text_contains: "openma-recovery" }, response: "answer five" },
   { label: "one", match: { last_user_text_contains: "first task" }, response: "answer one" },
   { label: "two", match: { last_user_text_contains: "second task" }, response: "answer two" },
+  { label: "four", match: { last_user_text_contains: "fourth task" }, response: "answer four" },
   // Held on the model's manual clock until the user interrupts (the Codex test).
   { label: "long", match: { last_user_text_contains: "long task" }, delay: { first_byte_ms: HELD_MS }, response: "too late" },
   // Held on the model's manual clock: the server is killed while the agent waits for it. A request cut off
@@ -208,7 +212,24 @@ export async function runServerScenario(name: AgentName): Promise<ServerScenario
     expect(said(third)).toContain("answer three");
     expect(said(third)).not.toMatch(/answer (one|two)/);
 
-    // 3. No placement holds the session (the server stopped); its durable native state is deleted.
+    // 3. The server stops gracefully (the placement closes its ACP session) and a new one continues it again.
+    await (server as ChildServer | null)?.close();
+    server = null;
+    client = await start();
+    const beforeFourth = m.requests.length;
+    try {
+      expect(said(await sendAndWait(client, session.id, userMessage("fourth task"), endTurnIdle))).toContain("answer four");
+    } catch (error) {
+      throw diagnose("turn 4 did not finish after a graceful restart", error);
+    }
+    expect(placementsLogged(output(), session.id)).toEqual([expect.objectContaining({ mode: setup.expectedContinue, recovery: null })]);
+    const fourth = requestWith(m, "fourth task", beforeFourth);
+    expect(messagesOf(m, fourth)).toContain("first task");
+    expect(messagesOf(m, fourth)).toContain("answer three");
+    expect(messagesOf(m, fourth)).not.toContain("openma-recovery");
+    expect((await allEvents(client, session.id)).filter((e) => e.type === "session.warning")).toEqual([]);
+
+    // 4. No placement holds the session (the server stopped); its durable native state is deleted.
     await (server as ChildServer | null)?.close();
     server = null;
     const native = join(s.dataDir, "workspaces", session.id, ".openma/harness-state/acp", session.id, setup.profile, "v1/native");
@@ -216,13 +237,13 @@ export async function runServerScenario(name: AgentName): Promise<ServerScenario
     await rm(native, { recursive: true, force: true });
     client = await start();
     const before = m.requests.length;
-    let fourth: LoggedEvent[];
+    let fifth: LoggedEvent[];
     try {
-      fourth = await sendAndWait(client, session.id, userMessage("fourth task"), endTurnIdle);
+      fifth = await sendAndWait(client, session.id, userMessage("fifth task"), endTurnIdle);
     } catch (error) {
       throw diagnose("the recovered turn did not finish", error);
     }
-    expect(said(fourth)).toContain("answer four");
+    expect(said(fifth)).toContain("answer five");
     expect(placementsLogged(output(), session.id)).toEqual([expect.objectContaining({ mode: "new", recovery: "native-state-missing" })]);
     const log = await allEvents(client, session.id);
     const warnings = log.filter((e) => e.type === "session.warning");
@@ -231,8 +252,8 @@ export async function runServerScenario(name: AgentName): Promise<ServerScenario
     const recovery = messagesOf(m, before);
     expect(recovery).toContain("openma-recovery");
     expect(recovery).toContain("first task");
-    expect(recovery).toContain("answer three");
-    expect(recovery).toContain("fourth task");
+    expect(recovery).toContain("answer four");
+    expect(recovery).toContain("fifth task");
     expect(log.filter((e) => e.type === "session.error")).toEqual([]);
     return { continuedWith: continued?.mode ?? "none" };
   } finally {
