@@ -14,8 +14,9 @@
  * (`session/cancel`), and that archiving ends the placement. Then the
  * scenario every real agent runs through the server (server-scenario.ts):
  * two turns, `openma serve` killed with SIGKILL mid-turn 3, a restarted
- * server continues Codex's native session (`session/resume`), then deleted
- * native state → one semantic recovery with one warning.
+ * server continues Codex's native session (`session/resume`), so does one
+ * after a graceful restart, then deleted native state → one semantic
+ * recovery with one warning.
  */
 import { existsSync } from "node:fs";
 import { join } from "node:path";
