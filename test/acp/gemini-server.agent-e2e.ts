@@ -1,0 +1,9 @@
+/** Gemini CLI as a session's harness through `openma serve` and the official SDK: see server-scenario.ts. */
+import { describe, expect, it } from "vitest";
+import { runServerScenario } from "./server-scenario.ts";
+
+describe("Gemini CLI as a session harness through openma serve", () => {
+  it("two turns, kill -9 of the server mid-turn 3, session/load after the restart and after a graceful one, then semantic recovery", async () => {
+    expect(await runServerScenario("gemini")).toEqual({ continuedWith: "load" });
+  }, 900_000);
+});
