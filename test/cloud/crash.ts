@@ -75,12 +75,27 @@ async function anySandboxHas(standIn: CloudStandIn, path: string): Promise<boole
   return false;
 }
 
+/**
+ * The server's output for a failure message, without the empty work polls: four pollers answered
+ * about once a second each fill any tail within seconds and crowd out what the runtime host said.
+ */
+function outputTail(output: string): string {
+  const emptyPoll = /"path":"[^"]*\/work\/poll","status":204/;
+  return output
+    .split("\n")
+    .filter((line) => !emptyPoll.test(line))
+    .join("\n")
+    .slice(-30_000);
+}
+
 export function describeCloudCrash(vendor: Vendor): void {
   describe(`kill -9 of openma serve mid-turn with ${vendor} sandboxes`, () => {
     let model: ScriptedModel;
     let store: TestStorage;
     let standIn: CloudStandIn;
     let srv: CrashableServer;
+    /** The session under test, once created (for a failure's diagnosis). */
+    let sessionId: string | undefined;
 
     beforeAll(async () => {
       standIn = await startVendorStandIn(vendor);
@@ -111,10 +126,29 @@ export function describeCloudCrash(vendor: Vendor): void {
         await crashAndRecover();
       } catch (err) {
         throw new Error(
-          `${err instanceof Error ? err.stack : String(err)}\n--- openma serve output (tail) ---\n${srv.logs().slice(-30_000)}`,
+          `${err instanceof Error ? err.stack : String(err)}\n--- work items and fence of the session ---\n${await queueState()}` +
+            `\n--- openma serve output (tail, empty work polls left out) ---\n${outputTail(srv.logs())}`,
         );
       }
     }, 300_000);
+
+    /** Which Work the session had and who held its fence: tells a run that never started from one that hung. */
+    async function queueState(): Promise<string> {
+      if (sessionId === undefined) return "(no session yet)";
+      const { db } = store.storage;
+      const work = await db
+        .selectFrom("work_items")
+        .select(["id", "state", "created_at", "acknowledged_at", "latest_heartbeat_at", "stopped_at", "polled_by", "lease_expires_at"])
+        .where("session_id", "=", sessionId)
+        .orderBy("created_at")
+        .execute();
+      const fence = await db
+        .selectFrom("runtime_fences")
+        .select(["generation", "owner_id", "acquired_at_ms", "expires_at_ms", "released_at_ms", "revision"])
+        .where("session_id", "=", sessionId)
+        .execute();
+      return JSON.stringify({ now: new Date().toISOString(), work, fence }, null, 1);
+    }
 
     async function crashAndRecover(): Promise<void> {
       await srv.start();
@@ -122,6 +156,7 @@ export function describeCloudCrash(vendor: Vendor): void {
       const env = await createSelfHostedEnvironment(client, `crash-${vendor}`);
       const agent = await client.beta.agents.create({ name: "hands", model: "claude-test-1", tools: [{ type: "agent_toolset_20260401" }] });
       const session = await client.beta.sessions.create({ agent: agent.id, environment_id: env.id });
+      sessionId = session.id;
       const scope = { environmentId: env.id, sessionId: session.id };
       const { fences } = sqlRuntimePorts(store.storage.db, systemClock);
       const active = () => fences.active({ scope, signal: AbortSignal.timeout(10_000) });

@@ -1,13 +1,15 @@
 /**
  * The parts of the work loop that need no server: the ticket board the
- * runner reads its claimed item from, and the wait for a crashed owner's
- * fence (virtual time; the claim itself is covered by the e2e tests).
+ * runner reads its claimed item from, the order (and bounded wait) of one
+ * session's runs, and the wait for a crashed owner's fence (virtual time;
+ * the claim itself is covered by the e2e tests).
  */
-import type { RuntimeRunResult } from "@openma/host";
+import type { BetaSelfHostedWork } from "@anthropic-ai/sdk/resources/beta/environments/work";
+import type { RunInput, RuntimeRunResult } from "@openma/host";
 import { ManualScheduler } from "@openma/time";
 import { describe, expect, it } from "vitest";
 import type { WorkTicket } from "./ama-worker-runner.ts";
-import { runWaitingOutStaleFence, TicketBoard } from "./work-loop.ts";
+import { type RuntimeHostLogger, runWaitingOutStaleFence, TicketBoard, WorkLoop } from "./work-loop.ts";
 
 const ticket = (workId: string, sessionId = "sesn_1", environmentId = "env_1"): WorkTicket => ({
   workId,
@@ -169,6 +171,183 @@ describe("runWaitingOutStaleFence", () => {
       { maxConflictWaitMs: 60_000, signal: stop.signal },
     );
     expect(result).toBe(held);
+    expect(scheduler.pending).toEqual([]);
+  });
+});
+
+/** A claimed session item as the poller yields it (the secret carries the sessions token). */
+const claimed = (workId: string, sessionId = "sesn_1"): BetaSelfHostedWork => ({
+  type: "work",
+  id: workId,
+  environment_id: "env_1",
+  data: { type: "session", id: sessionId },
+  secret: Buffer.from(JSON.stringify({ sessions_token: `token-of-${workId}` })).toString("base64url"),
+  state: "starting",
+  metadata: {},
+  created_at: "2026-01-01T00:00:00.000Z",
+  acknowledged_at: "2026-01-01T00:00:00.000Z",
+  started_at: null,
+  latest_heartbeat_at: null,
+  stop_requested_at: null,
+  stopped_at: null,
+});
+
+const completed = (generation: number): RuntimeRunResult => ({
+  type: "completed",
+  generation,
+  publication: null,
+  rejectedOutputs: [],
+  cleanup: { compute: "terminated", orphanIds: [] },
+  trace: [],
+});
+
+/** Lets every promise that can settle now settle (no clock involved: one macrotask turn each). */
+async function settle(): Promise<void> {
+  for (let i = 0; i < 20; i++) await new Promise((resolve) => setImmediate(resolve));
+}
+
+/**
+ * A host whose runs end when the test says so. Each call records the ticket
+ * the board held for its scope when it started (what the runner would read).
+ */
+function heldRuns(tickets: TicketBoard) {
+  const calls: Array<{
+    sessionId: string;
+    workOnBoard: string | undefined;
+    signal: AbortSignal | undefined;
+    end(r: RuntimeRunResult): void;
+  }> = [];
+  const host = {
+    run: (input: RunInput) =>
+      new Promise<RuntimeRunResult>((resolve) => {
+        calls.push({ sessionId: input.scope.sessionId, workOnBoard: tickets.get(input.scope)?.workId, signal: input.signal, end: resolve });
+      }),
+  };
+  return { host, calls };
+}
+
+/** Ends a held run as completed and waits until its item has been served. */
+async function complete(call: { end(r: RuntimeRunResult): void } | undefined, serving: Promise<void>, generation: number): Promise<void> {
+  call?.end(completed(generation));
+  await serving;
+}
+
+function recordingLogger() {
+  const lines: Array<{ level: string; msg: string; obj: Record<string, unknown> }> = [];
+  const at = (level: string) => (obj: object, msg: string) => lines.push({ level, msg, obj: obj as Record<string, unknown> });
+  const logger: RuntimeHostLogger = { info: at("info"), warn: at("warn"), error: at("error") };
+  return { logger, lines };
+}
+
+function workLoop(maxEarlierRunWaitMs?: number) {
+  const scheduler = new ManualScheduler();
+  const tickets = new TicketBoard();
+  const { host, calls } = heldRuns(tickets);
+  const { logger, lines } = recordingLogger();
+  const results: string[] = [];
+  const loop = new WorkLoop({
+    apiUrl: "http://127.0.0.1:9",
+    environmentId: "env_1",
+    environmentKey: "sk-env-unused",
+    host,
+    profile: { workspace: { requirement: "durable" }, outputs: { requirement: "none" }, driver: { type: "ama_worker" } } as never,
+    tickets,
+    scheduler,
+    logger,
+    concurrency: 1,
+    workerId: "rh-test",
+    ...(maxEarlierRunWaitMs !== undefined ? { maxEarlierRunWaitMs } : {}),
+    onResult: (t, r) => results.push(`${t.workId}: ${r.type}`),
+  });
+  return { loop, scheduler, tickets, calls, lines, results };
+}
+
+describe("WorkLoop: one session's runs on this host", () => {
+  it("starts a session's next Work once its earlier run here has ended; the earlier run keeps its own ticket until then", async () => {
+    const { loop, scheduler, tickets, calls, results } = workLoop();
+    const scope = { environmentId: "env_1", sessionId: "sesn_1" };
+    const first = loop.serve(claimed("work_1"));
+    await settle();
+    expect(calls.map((c) => c.workOnBoard)).toEqual(["work_1"]);
+
+    const second = loop.serve(claimed("work_2"));
+    await settle();
+    // Not started, and the board still hands the running run its own item (a cold restart re-reads it).
+    expect(calls).toHaveLength(1);
+    expect(tickets.get(scope)?.workId).toBe("work_1");
+    expect(scheduler.pending).toEqual([30_000]);
+
+    await complete(calls[0], first, 1);
+    await settle();
+    expect(calls.map((c) => c.workOnBoard)).toEqual(["work_1", "work_2"]);
+    // The bound's timer went with the wait.
+    expect(scheduler.pending).toEqual([]);
+    await complete(calls[1], second, 2);
+    expect(results).toEqual(["work_1: completed", "work_2: completed"]);
+    expect(tickets.size).toBe(0);
+  });
+
+  it("does not hold another session's Work", async () => {
+    const { loop, scheduler, calls } = workLoop();
+    void loop.serve(claimed("work_a", "sesn_a"));
+    void loop.serve(claimed("work_b", "sesn_b"));
+    await settle();
+    expect(calls.map((c) => c.sessionId)).toEqual(["sesn_a", "sesn_b"]);
+    expect(scheduler.pending).toEqual([]);
+  });
+
+  it("waits for an earlier run that never ends only up to the bound, then starts without cancelling it", async () => {
+    const { loop, scheduler, tickets, calls, lines, results } = workLoop(20_000);
+    const first = loop.serve(claimed("work_1"));
+    await settle();
+    const second = loop.serve(claimed("work_2"));
+    await settle();
+    scheduler.advance(19_999);
+    await settle();
+    expect(calls).toHaveLength(1);
+
+    scheduler.advance(1);
+    await settle();
+    expect(calls.map((c) => c.workOnBoard)).toEqual(["work_1", "work_2"]);
+    expect(lines.map((l) => l.msg)).toContain("waiting for the session's earlier run here to end");
+    expect(lines.find((l) => l.level === "warn")).toMatchObject({
+      msg: "the session's earlier run here has not ended; starting anyway",
+      obj: { work_id: "work_2", waited_ms: 20_000 },
+    });
+    // The earlier run goes on (its final commit may still publish the last turn): nothing cancelled it.
+    expect(calls[0]!.signal?.aborted).toBe(false);
+
+    await complete(calls[1], second, 2);
+    await complete(calls[0], first, 1);
+    expect(results).toEqual(["work_2: completed", "work_1: completed"]);
+    expect(tickets.size).toBe(0);
+  });
+
+  it("a third Work of the session waits for the second, which waits for the first", async () => {
+    const { loop, calls } = workLoop();
+    void loop.serve(claimed("work_1"));
+    void loop.serve(claimed("work_2"));
+    void loop.serve(claimed("work_3"));
+    await settle();
+    expect(calls.map((c) => c.workOnBoard)).toEqual(["work_1"]);
+    calls[0]!.end(completed(1));
+    await settle();
+    expect(calls.map((c) => c.workOnBoard)).toEqual(["work_1", "work_2"]);
+    calls[1]!.end(completed(2));
+    await settle();
+    expect(calls.map((c) => c.workOnBoard)).toEqual(["work_1", "work_2", "work_3"]);
+  });
+
+  it("stopping the loop ends a wait without starting the run (its item is left to be reclaimed)", async () => {
+    const { loop, scheduler, calls, results } = workLoop();
+    void loop.serve(claimed("work_1"));
+    await settle();
+    const second = loop.serve(claimed("work_2"));
+    await settle();
+    await loop.stop();
+    await second;
+    expect(calls).toHaveLength(1);
+    expect(results).toEqual([]);
     expect(scheduler.pending).toEqual([]);
   });
 });

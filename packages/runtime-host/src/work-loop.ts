@@ -5,7 +5,9 @@
  * Managed Runtime Host run for its session (fence, restore, sandbox,
  * worker, publish, terminate). The poller does not stop items itself
  * (`autoStop: false`): the worker inside the sandbox force-stops its item,
- * and an item whose run failed is left to be reclaimed and retried.
+ * and an item whose run failed is left to be reclaimed and retried. A
+ * session's runs here go one after the other, with a bounded wait
+ * (`SessionRuns`).
  */
 import Anthropic from "@anthropic-ai/sdk";
 import { WorkPoller } from "@anthropic-ai/sdk/lib/environments/index";
@@ -48,7 +50,7 @@ export interface WorkLoopOptions {
   environmentId: string;
   /** The environment's standing credential: polls and claims only; it never enters a sandbox. */
   environmentKey: string;
-  host: ManagedRuntimeHost;
+  host: Pick<ManagedRuntimeHost, "run">;
   profile: ManagedRuntimeProfile;
   tickets: TicketBoard;
   scheduler: Scheduler;
@@ -57,6 +59,8 @@ export interface WorkLoopOptions {
   workerId: string;
   /** A fence still held by a crashed owner is waited out when it expires within this bound. */
   maxConflictWaitMs?: number;
+  /** How long a session's new Work waits for the session's earlier run here to end (default 30 s; see SessionRuns). */
+  maxEarlierRunWaitMs?: number;
   /** Every finished run (tests and metrics). */
   onResult?: (ticket: WorkTicket, result: RuntimeRunResult) => void;
   /** Delay before re-running a session whose runs here failed (default: 1 s doubling to 60 s). */
@@ -68,12 +72,12 @@ export class WorkLoop {
   readonly #stop = new AbortController();
   readonly #backoff: RetryBackoff;
   #loops: Promise<void>[] = [];
-  /** The run in progress here per session: a session's runs on this host go one after the other. */
-  readonly #runs = new Map<string, Promise<RuntimeRunResult>>();
+  readonly #sessions: SessionRuns;
 
   constructor(options: WorkLoopOptions) {
     this.#options = options;
     this.#backoff = new RetryBackoff(options.retryBackoff ?? DEFAULT_RETRY_BACKOFF);
+    this.#sessions = new SessionRuns(options.scheduler, options.maxEarlierRunWaitMs ?? DEFAULT_MAX_EARLIER_RUN_WAIT_MS);
   }
 
   start(): void {
@@ -103,7 +107,7 @@ export class WorkLoop {
           autoStop: false,
           signal,
         });
-        for await (const work of poller) await this.#serve(work);
+        for await (const work of poller) await this.serve(work);
       } catch (err) {
         if (signal.aborted) return;
         o.logger.warn({ err: errorText(err) }, "work polling failed; retrying");
@@ -112,7 +116,8 @@ export class WorkLoop {
     }
   }
 
-  async #serve(work: BetaSelfHostedWork): Promise<void> {
+  /** Runs one claimed item to its end (the pollers call it; tests call it with an item of their own). */
+  async serve(work: BetaSelfHostedWork): Promise<void> {
     const o = this.#options;
     if (work.data.type !== "session") {
       o.logger.warn({ work_id: work.id, type: work.data.type }, "ignoring a work item that is not a session");
@@ -139,43 +144,36 @@ export class WorkLoop {
       // Stopping: the item is left to be reclaimed.
       if (this.#stop.signal.aborted) return;
     }
-    o.tickets.set(ticket);
-    try {
-      const result = await this.#afterEarlierRunOf(ticket);
-      // Only the host's own failures count; a lost lease, a cancellation or a held fence are someone else's doing.
-      if (result.type === "completed") this.#backoff.succeeded(ticket.sessionId);
-      else if (result.type === "failed" || result.type === "admission_error") this.#backoff.failed(ticket.sessionId);
-      o.onResult?.(ticket, result);
-      const summary = { ...log, result: result.type, ...("generation" in result ? { generation: result.generation } : {}) };
-      if (result.type === "completed")
-        o.logger.info({ ...summary, revision: result.publication?.revision ?? null }, "session run completed");
-      else if (result.type === "admission_error")
-        o.logger.error({ ...summary, error: result.error.message }, "the runtime profile cannot be met");
-      else o.logger.warn({ ...summary, ...("error" in result ? { error: result.error } : {}) }, "session run ended early");
-    } finally {
-      o.tickets.delete(ticket);
-    }
-  }
-
-  /**
-   * A session's next Work can arrive while its previous run here is still
-   * winding down (its turn ended, the worker exiting, the fence not yet
-   * released). Started at once, it would find that live fence and end as a
-   * `conflict`, leaving its Work to be reclaimed a lease later. It waits for
-   * that run instead (heartbeating its own Work meanwhile), then starts.
-   */
-  async #afterEarlierRunOf(ticket: WorkTicket): Promise<RuntimeRunResult> {
-    const earlier = this.#runs.get(ticket.sessionId);
-    const run = (async () => {
-      await earlier?.catch(() => {});
-      return this.#runWaitingOutStaleFence(ticket);
-    })();
-    this.#runs.set(ticket.sessionId, run);
-    try {
-      return await run;
-    } finally {
-      if (this.#runs.get(ticket.sessionId) === run) this.#runs.delete(ticket.sessionId);
-    }
+    const result = await this.#sessions.run(
+      ticket.sessionId,
+      async () => {
+        // On the board only from its start: until then the earlier run of the session (a cold restart
+        // re-reads it) keeps its own item.
+        o.tickets.set(ticket);
+        try {
+          return await this.#runWaitingOutStaleFence(ticket);
+        } finally {
+          o.tickets.delete(ticket);
+        }
+      },
+      {
+        signal: this.#stop.signal,
+        onWait: (waitMs) => o.logger.info({ ...log, max_wait_ms: waitMs }, "waiting for the session's earlier run here to end"),
+        onOverdue: (waitedMs) =>
+          o.logger.warn({ ...log, waited_ms: waitedMs }, "the session's earlier run here has not ended; starting anyway"),
+      },
+    );
+    // Stopping while it waited: the item is left to be reclaimed.
+    if (result === null) return;
+    // Only the host's own failures count; a lost lease, a cancellation or a held fence are someone else's doing.
+    if (result.type === "completed") this.#backoff.succeeded(ticket.sessionId);
+    else if (result.type === "failed" || result.type === "admission_error") this.#backoff.failed(ticket.sessionId);
+    o.onResult?.(ticket, result);
+    const summary = { ...log, result: result.type, ...("generation" in result ? { generation: result.generation } : {}) };
+    if (result.type === "completed") o.logger.info({ ...summary, revision: result.publication?.revision ?? null }, "session run completed");
+    else if (result.type === "admission_error")
+      o.logger.error({ ...summary, error: result.error.message }, "the runtime profile cannot be met");
+    else o.logger.warn({ ...summary, ...("error" in result ? { error: result.error } : {}) }, "session run ended early");
   }
 
   async #runWaitingOutStaleFence(ticket: WorkTicket): Promise<RuntimeRunResult> {
@@ -186,6 +184,90 @@ export class WorkLoop {
       signal: this.#stop.signal,
       onWait: (waitMs) => o.logger.info({ session_id: ticket.sessionId, wait_ms: waitMs }, "waiting out a stale fence"),
     });
+  }
+}
+
+/**
+ * How long a session's new Work waits by default for the session's earlier run here. Nothing
+ * heartbeats the new item meanwhile, so its first-heartbeat grace (90 s at the API) must still
+ * cover this wait plus the run's own start (restore, compute, worker) and any failure backoff;
+ * past that grace the item is reclaimed with a new secret and the wait was for nothing.
+ */
+export const DEFAULT_MAX_EARLIER_RUN_WAIT_MS = 30_000;
+
+interface SessionRunHooks {
+  /** Stops the waiting: the run is then not started (`null`). */
+  signal: AbortSignal;
+  /** There is an earlier run to wait for; called with the bound. */
+  onWait?: (maxWaitMs: number) => void;
+  /** The earlier run outlived the bound; the run starts anyway. */
+  onOverdue?: (waitedMs: number) => void;
+}
+
+/**
+ * A session's runs on this host, one after the other, with a bounded wait.
+ *
+ * A session's next Work can arrive while its previous run here is still
+ * winding down (its worker exiting, the final checkpoint and publish, the
+ * compute terminated, the fence not yet released): the API keeps one live
+ * item per session, so the earlier item is stopped or was reclaimed by
+ * then. Started at once, the new run would meet that live fence and end as
+ * a `conflict`, its Work waiting a whole lease for the next reclaim. So it
+ * waits for the earlier run, but only up to `maxWaitMs` of the scheduler's
+ * time: an earlier run that never ends (a port call that hangs, an exit
+ * that is never reported) must not hold the session's new Work with it.
+ * The earlier run is never cancelled here (its final commit may carry the
+ * last turn's workspace); the new run then starts and takes the fence
+ * path: it acquires the fence if the earlier run no longer holds it, and
+ * otherwise waits out or gives up on that fence as after a crash.
+ */
+class SessionRuns {
+  /** Per session, the newest run here: settles when that run has ended (or was never started). */
+  readonly #latest = new Map<string, Promise<void>>();
+
+  constructor(
+    private readonly scheduler: Scheduler,
+    private readonly maxWaitMs: number,
+  ) {}
+
+  /** `start()` once the session's earlier run here has ended or the bound passed; `null` when `hooks.signal` stopped the wait. */
+  async run<T>(sessionId: string, start: () => Promise<T>, hooks: SessionRunHooks): Promise<T | null> {
+    const earlier = this.#latest.get(sessionId);
+    let ended!: () => void;
+    const mine = new Promise<void>((resolve) => {
+      ended = resolve;
+    });
+    this.#latest.set(sessionId, mine);
+    try {
+      if (earlier !== undefined) {
+        hooks.onWait?.(this.maxWaitMs);
+        const startedAt = this.scheduler.now();
+        const inTime = await this.#endsWithin(earlier, hooks.signal);
+        if (hooks.signal.aborted) return null;
+        if (!inTime) hooks.onOverdue?.(this.scheduler.now() - startedAt);
+      }
+      return await start();
+    } finally {
+      ended();
+      if (this.#latest.get(sessionId) === mine) this.#latest.delete(sessionId);
+    }
+  }
+
+  /** Whether `earlier` settles within the bound (false also when `signal` aborts first). */
+  async #endsWithin(earlier: Promise<void>, signal: AbortSignal): Promise<boolean> {
+    const settled = new AbortController();
+    try {
+      return await Promise.race([
+        earlier.then(() => true),
+        this.scheduler.sleep(this.maxWaitMs, AbortSignal.any([signal, settled.signal])).then(
+          () => false,
+          () => false,
+        ),
+      ]);
+    } finally {
+      // The bound's timer is not left behind once the earlier run ended in time.
+      settled.abort();
+    }
   }
 }
 
