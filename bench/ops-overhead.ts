@@ -14,17 +14,24 @@
  * (utime + stime from /proc/<pid>/stat) per iteration, which other load on
  * the machine moves far less than latency.
  * Run: npx tsx bench/ops-overhead.ts [iterations=300]
+ * With BENCH_CPU_PROF=<dir>, the servers run with `--cpu-prof` into that
+ * directory, and the bench prints where "on" spends self time that "off" does
+ * not (per iteration, by package and by function).
  */
 
+import { mkdir, readdir } from "node:fs/promises";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { cpus } from "node:os";
+import { join } from "node:path";
 import { startScriptedModel } from "@openma/scripted-model";
 import { type ChildServer, startServeProcess } from "../test/support/child-server.ts";
+import { summarizeCpuProfile } from "./load-profile.ts";
 import { readProcStat } from "./proc-stat.ts";
 import { reportRatioAtMost } from "./report.ts";
 
 const ITERATIONS = Number(process.argv[2] ?? 300);
+const WARMUP = 20;
 const MODEL_KEY = "sk-scripted-ops-bench";
 const API_KEY = "sk-ant-api03-ops-bench-admin-key-0123456789";
 const KINDS = ["create session", "send message", "retrieve session"] as const;
@@ -39,12 +46,21 @@ const cpuMsOf = async (servers: Record<Mode, ChildServer>) =>
     await Promise.all(MODES.map(async (m) => [m, ((await readProcStat(servers[m].pid))?.cpuSeconds ?? 0) * 1000])),
   ) as Record<Mode, number>;
 
+/** How many spans an OTLP/JSON export request carries. */
+function spansIn(body: Buffer): number {
+  const request = JSON.parse(body.toString("utf8")) as { resourceSpans?: { scopeSpans?: { spans?: unknown[] }[] }[] };
+  return (request.resourceSpans ?? []).flatMap((r) => r.scopeSpans ?? []).reduce((n, s) => n + (s.spans?.length ?? 0), 0);
+}
+
 async function main(): Promise<void> {
-  let spans = 0;
+  let exportRequests = 0;
+  let exportedSpans = 0;
   const receiver = createServer((req, res) => {
-    req.on("data", () => {});
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
     req.on("end", () => {
-      spans++;
+      exportedSpans += spansIn(Buffer.concat(chunks));
+      exportRequests++;
       res.writeHead(200, { "content-type": "application/json" }).end("{}");
     });
   });
@@ -58,11 +74,17 @@ async function main(): Promise<void> {
     OPENMA_MODEL_BASE_URL: model.url,
     OPENMA_MODEL_API_KEY: MODEL_KEY,
   };
+  const profileDir = process.env.BENCH_CPU_PROF;
+  if (profileDir) {
+    await mkdir(profileDir, { recursive: true });
+    Object.assign(common, { NODE_OPTIONS: `--cpu-prof --cpu-prof-interval=250 --cpu-prof-dir=${profileDir}` });
+  }
   const servers: Record<Mode, ChildServer> = {
     off: await startServeProcess({ apiKey: API_KEY, env: { ...common, OPENMA_METRICS: "off" } }),
     control: await startServeProcess({ apiKey: API_KEY, env: { ...common, OPENMA_METRICS: "off" } }),
     on: await startServeProcess({ apiKey: API_KEY, env: { ...common, OPENMA_METRICS: "on", OTEL_EXPORTER_OTLP_ENDPOINT: otlp } }),
   };
+  let closed = false;
   try {
     const setup = async (s: ChildServer) => ({
       env: (await s.client.beta.environments.create({ name: "bench" })).id,
@@ -89,19 +111,21 @@ async function main(): Promise<void> {
       await time(mode, "retrieve session", () => client.beta.sessions.retrieve(session.id));
     };
     // Warm-up, not measured.
-    for (let i = 0; i < 20; i++) for (const mode of MODES) await once(mode);
+    for (let i = 0; i < WARMUP; i++) for (const mode of MODES) await once(mode);
     for (const m of Object.values(samples)) m.clear();
     const cpuBefore = await cpuMsOf(servers);
+    const measured = { fromUs: Number(process.hrtime.bigint() / 1000n), toUs: 0 };
     for (let i = 0; i < ITERATIONS; i++) {
       // Rotate which goes first, so none always follows another's turn.
       for (let j = 0; j < MODES.length; j++) await once(MODES[(i + j) % MODES.length] as Mode);
       if (i % 100 === 99)
         await fetch(`${servers.on.baseURL}/metrics`, { headers: { authorization: `Bearer ${API_KEY}` } }).then((r) => r.text());
     }
+    measured.toUs = Number(process.hrtime.bigint() / 1000n);
     const cpuAfter = await cpuMsOf(servers);
     const cpuPerIteration = Object.fromEntries(MODES.map((m) => [m, (cpuAfter[m] - cpuBefore[m]) / ITERATIONS])) as Record<Mode, number>;
     console.log(`# operations overhead benchmark  (${new Date().toISOString()}, node ${process.version}, ${cpus().length} cpus)`);
-    console.log(`${ITERATIONS} iterations per server; metrics + tracing on vs off; OTLP export requests received: ${spans}`);
+    console.log(`${ITERATIONS} iterations per server; metrics + tracing on vs off; OTLP export requests so far: ${exportRequests}`);
     console.log("request            | off p50 / p95 / mean (ms) | on p50 / p95 / mean (ms) | ratio p50 | ratio mean");
     const ratios: number[] = [];
     const controlRatios: number[] = [];
@@ -123,11 +147,54 @@ async function main(): Promise<void> {
     );
     // Issue 19's target.
     reportRatioAtMost("ops-overhead", "request latency, metrics + tracing on vs off (mean of per-kind mean ratios)", mean(ratios), 1.05);
-  } finally {
     for (const server of Object.values(servers)) await server.close();
+    closed = true;
+    // "on" exports every span (no sampling): its shutdown flushed the last batch.
+    console.log(`spans exported over OTLP: ${exportedSpans} in ${exportRequests} requests, for ${ITERATIONS + WARMUP} traced turns`);
+    if (profileDir) await compareProfiles(profileDir, servers, measured);
+  } finally {
+    if (!closed) for (const server of Object.values(servers)) await server.close();
     await model.close();
     receiver.close();
   }
+}
+
+/** Frames of the operations code itself: the SDKs and what calls them. */
+const OPS_CODE =
+  /@opentelemetry\/|prom-client|packages\/metrics\/|apps\/openma\/src\/(metrics|spans|tracing)\.ts|packages\/host\/src\/spans\.ts/;
+
+/**
+ * Where "on" spends its CPU, from the samples of the measured part alone, per
+ * iteration: the self time of the operations code itself (zero in "off"),
+ * and the self time "on" spends beyond "off" by package and by function,
+ * beside "control" minus "off" by package (how much such a difference moves
+ * with nothing changed).
+ */
+async function compareProfiles(dir: string, servers: Record<Mode, ChildServer>, window: { fromUs: number; toUs: number }): Promise<void> {
+  const files = await readdir(dir);
+  const profileOf = async (m: Mode) => {
+    const file = files.find((f) => f.includes(`.${servers[m].pid}.`) && f.endsWith(".cpuprofile"));
+    if (!file) throw new Error(`no CPU profile of the ${m} server (pid ${servers[m].pid}) in ${dir}`);
+    return summarizeCpuProfile(join(dir, file), 100_000, { origins: 100_000, window });
+  };
+  const [on, off, control] = [await profileOf("on"), await profileOf("off"), await profileOf("control")];
+  const ms = (x: number) => (x / ITERATIONS).toFixed(3);
+  console.log(`CPU profiles (${dir}), busy ms per iteration: off ${ms(off.busyMs)}, on ${ms(on.busyMs)}, control ${ms(control.busyMs)}`);
+  const direct = on.top.filter((r) => OPS_CODE.test(r.frame));
+  console.log(`self time in the operations code of "on": ${ms(direct.reduce((n, r) => n + r.ms, 0))} ms per iteration; top:`);
+  for (const r of direct.slice(0, 12)) console.log(`  ${ms(r.ms).padStart(7)} ms  ${r.frame}`);
+  const diff = (a: { frame: string; ms: number }[], b: { frame: string; ms: number }[], n: number) => {
+    const base = new Map(b.map((r) => [r.frame, r.ms]));
+    const rows = a.map((r) => ({ frame: r.frame, ms: r.ms, delta: r.ms - (base.get(r.frame) ?? 0) }));
+    for (const r of rows.sort((x, y) => y.delta - x.delta).slice(0, n))
+      console.log(`  ${ms(r.delta).padStart(7)} ms  (of ${ms(r.ms)})  ${r.frame}`);
+  };
+  console.log("self time on minus off, per iteration, by package:");
+  diff(on.byOrigin, off.byOrigin, 10);
+  console.log("self time control minus off (nothing changed), per iteration, by package:");
+  diff(control.byOrigin, off.byOrigin, 5);
+  console.log("self time on minus off, per iteration, by function:");
+  diff(on.top, off.top, 15);
 }
 
 await main();
