@@ -16,6 +16,23 @@ interface CpuProfile {
   startTime: number;
   endTime: number;
   samples?: number[];
+  /** µs between consecutive samples (the first: since startTime). */
+  timeDeltas?: number[];
+}
+
+/** Replaces each node's hit count with its samples taken between `fromUs` and `toUs`. */
+function windowHits(profile: CpuProfile, fromUs: number, toUs: number): void {
+  const { samples, timeDeltas } = profile;
+  if (!samples || !timeDeltas) throw new Error("the profile has no sample timestamps to window");
+  const hits = new Map<number, number>();
+  let t = profile.startTime;
+  for (let i = 0; i < samples.length; i++) {
+    t += timeDeltas[i] ?? 0;
+    if (t < fromUs || t > toUs) continue;
+    const id = samples[i] as number;
+    hits.set(id, (hits.get(id) ?? 0) + 1);
+  }
+  for (const node of profile.nodes) node.hitCount = hits.get(node.id) ?? 0;
 }
 
 export interface SelfTimeRow {
@@ -49,9 +66,24 @@ function shortUrl(url: string): string {
   return cut >= 0 ? url.slice(cut) : url.replace(/^file:\/\//, "");
 }
 
-export async function summarizeCpuProfile(path: string, topN = 15): Promise<ProfileSummary> {
+export interface SummaryOptions {
+  /** How many origins to list (default 10). */
+  origins?: number;
+  /**
+   * Only the samples taken in this span of the monotonic clock, in µs (V8's
+   * profile timestamps and `process.hrtime` read the same clock): a bench's
+   * measured part without the process's start-up.
+   */
+  window?: { fromUs: number; toUs: number };
+}
+
+export async function summarizeCpuProfile(path: string, topN = 15, options: SummaryOptions = {}): Promise<ProfileSummary> {
   const profile = JSON.parse(await readFile(path, "utf8")) as CpuProfile;
-  const totalMs = (profile.endTime - profile.startTime) / 1000;
+  const window = options.window;
+  if (window) windowHits(profile, window.fromUs, window.toUs);
+  const totalMs = window
+    ? (Math.min(window.toUs, profile.endTime) - Math.max(window.fromUs, profile.startTime)) / 1000
+    : (profile.endTime - profile.startTime) / 1000;
   const hits = profile.nodes.reduce((n, node) => n + (node.hitCount ?? 0), 0);
   const msPerHit = hits > 0 ? totalMs / hits : 0;
   const byFrame = new Map<string, number>();
@@ -76,7 +108,7 @@ export async function summarizeCpuProfile(path: string, topN = 15): Promise<Prof
       .sort((a, b) => b[1] - a[1])
       .slice(0, n)
       .map(([frame, ms]) => ({ frame, ms, share: busyMs > 0 ? ms / busyMs : 0 }));
-  return { totalMs, busyMs, top: rows(byFrame, topN), byOrigin: rows(byOrigin, 10) };
+  return { totalMs, busyMs, top: rows(byFrame, topN), byOrigin: rows(byOrigin, options.origins ?? 10) };
 }
 
 /** Markdown tables of a summary, for the bench's output and docs/benchmarks.md. */

@@ -29,7 +29,10 @@ describe("prometheusMetrics", () => {
     const b = prometheusMetrics({ defaultMetrics: false });
     openmaMetrics(a.port).turnsRunning.inc();
     openmaMetrics(b.port);
-    expect((await a.scrape()).body).toContain("openma_process_cpu_seconds_total");
+    const withDefaults = (await a.scrape()).body;
+    expect(withDefaults).toContain("openma_process_cpu_seconds_total");
+    // Sampled every 100 ms (prometheus.ts), still exposed.
+    expect(withDefaults).toContain("openma_nodejs_eventloop_lag_p99_seconds");
     expect((await b.scrape()).body).toContain("openma_turns_running 0");
   });
 });

@@ -6,6 +6,16 @@
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
 import type { MetricsPort } from "./port.ts";
 
+/**
+ * How often the event loop lag series (`openma_nodejs_eventloop_lag_*`)
+ * sample the loop. prom-client's default, 10 ms, wakes an idle server 100
+ * times a second: 5-6 ms of CPU per second on the bench machine, which was
+ * most of what metrics cost a lightly loaded server (docs/benchmarks.md,
+ * "Operations overhead"). At 100 ms the series keep their meaning (the delay
+ * of a timer due then) from a tenth of the samples, for 0.6 ms/s.
+ */
+const EVENT_LOOP_SAMPLE_MS = 100;
+
 export interface PrometheusMetrics {
   port: MetricsPort;
   /** The exposition text and its content type, for `GET /metrics`. */
@@ -14,7 +24,8 @@ export interface PrometheusMetrics {
 
 export function prometheusMetrics(options: { defaultMetrics?: boolean } = {}): PrometheusMetrics {
   const registry = new Registry();
-  if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: registry, prefix: "openma_" });
+  if (options.defaultMetrics ?? true)
+    collectDefaultMetrics({ register: registry, prefix: "openma_", eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
   const port: MetricsPort = {
     counter: (def) => {
       const c = new Counter({ name: def.name, help: def.help, labelNames: [...(def.labelNames ?? [])], registers: [registry] });
