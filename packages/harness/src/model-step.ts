@@ -21,7 +21,7 @@ import type { ModelAttempt, ModelFailure, ModelRequest, ModelResponse, ModelUsag
 import { outcomePending, SANDBOX_FREE_REFUSAL, type TurnOutcome } from "./plan.ts";
 import { PreviewPublisher } from "./previews.ts";
 import { isDescribedError, type ServerToolExecutor } from "./server-tools.ts";
-import { buildCatalogue, isSandboxTool, type ToolCatalogue } from "./tools.ts";
+import { buildCatalogue, isMcpExecutor, isSandboxTool, type ToolCatalogue } from "./tools.ts";
 import type { TurnRunnerDeps } from "./turn.ts";
 import { addModelUsage, usageEventFields } from "./usage.ts";
 import { TurnWatch, type WatchReason } from "./watch.ts";
@@ -132,9 +132,9 @@ export function abortOutcome(reason: WatchReason | null): TurnOutcome | "interru
   return { type: "interrupted" };
 }
 
-async function reportToolListing(deps: TurnRunnerDeps, ctx: SessionContext, key: string, catalogue: ToolCatalogue): Promise<void> {
-  if (catalogue.failures.length === 0) return;
-  const drafts = catalogue.failures.map(({ executor, mcp, error }) => {
+/** The `session.error` of each executor whose tools could not be listed. */
+function toolListingErrors(key: string, catalogue: ToolCatalogue): EventDraft[] {
+  return catalogue.failures.map(({ executor, mcp, error }) => {
     const message = `could not list the tools of ${mcp ? "MCP server " : ""}${JSON.stringify(executor.id)}: ${errorMessage(error)}`;
     // Listing is tried again on the next model request, hence "retrying".
     const described = isDescribedError(error)
@@ -144,7 +144,6 @@ async function reportToolListing(deps: TurnRunnerDeps, ctx: SessionContext, key:
         : { type: "unknown_error", message, retry_status: { type: "retrying" } };
     return draft("session.error", { error: described }, `${key}:tools:${executor.id}`);
   });
-  await withSession(deps, ctx.sessionId, (tx) => tx.append(drafts));
 }
 
 function errorMessage(err: unknown): string {
@@ -160,6 +159,8 @@ interface Requested {
   request: ModelRequest;
   catalogue: ToolCatalogue;
   signal: AbortSignal;
+  /** Drafts still to land before the first attempt's span start, in the same transaction (taken by it). */
+  lead: EventDraft[];
 }
 
 /** "retry": the attempt failed transiently and the back-off is over. */
@@ -168,6 +169,8 @@ type AttemptOutcome = TurnOutcome | null | "retry";
 /**
  * Runs the model request the log calls for. Returns the turn's outcome when
  * the turn ends here, or null when the caller should plan the next step.
+ * `lead` (the turn's `session.status_running`, say) lands first, in the
+ * transaction of the request's first event: one commit less before the request.
  */
 export async function modelStep(
   deps: TurnRunnerDeps,
@@ -175,10 +178,16 @@ export async function modelStep(
   state: LogState,
   executors: readonly ServerToolExecutor[],
   signal: AbortSignal,
+  lead: readonly EventDraft[] = [],
 ): Promise<TurnOutcome | null> {
   const key = `model:${state.lastContentSeq}`;
+  let held = lead;
+  // Listing an MCP server's tools goes over the network: the running status is not held back behind it.
+  if (held.length > 0 && executors.some((e) => isMcpExecutor(ctx.agent, e))) {
+    if ((await withSession(deps, ctx.sessionId, (tx) => tx.append(held))).type !== "ok") return ENDED;
+    held = [];
+  }
   const catalogue = await buildCatalogue(ctx.agent, ctx.envType === "none", executors, serverToolContext(deps, ctx));
-  await reportToolListing(deps, ctx, key, catalogue);
   const request: ModelRequest = {
     model: modelIdOf(ctx.agent),
     system: ctx.agent.system ?? null,
@@ -188,7 +197,9 @@ export async function modelStep(
     tools: catalogue.definitions,
     userId: ctx.sessionId,
   };
-  const rq: Requested = { deps, ctx, state, key, request, catalogue, signal };
+  // Listing failures are told before the request (its error events carry no span): with the lead, in order.
+  const leading = [...held, ...toolListingErrors(key, catalogue)];
+  const rq: Requested = { deps, ctx, state, key, request, catalogue, signal, lead: leading };
   for (let attempt = failedAttemptsSince(state, state.lastContentSeq) + 1; ; attempt++) {
     const outcome = await runAttempt(rq, attempt);
     if (outcome !== "retry") return outcome;
@@ -197,11 +208,12 @@ export async function modelStep(
 
 async function runAttempt(rq: Requested, attempt: number): Promise<AttemptOutcome> {
   const { deps, ctx, key } = rq;
+  const lead = rq.lead.splice(0);
   const started = await withSession(deps, ctx.sessionId, (tx) =>
-    tx.append([draft("span.model_request_start", {}, `${key}:start:${attempt}`)]),
+    tx.append([...lead, draft("span.model_request_start", {}, `${key}:start:${attempt}`)]),
   );
   if (started.type !== "ok") return ENDED;
-  const startId = (started.value[0] as { id: string }).id;
+  const startId = (started.value.at(-1) as { id: string }).id;
   const watch = new TurnWatch(deps.storage, ctx.sessionId, rq.state.lastSeq, rq.signal);
   const previews = new PreviewPublisher(deps.storage.bus, ctx.sessionId, () => deps.ids("sevt"), deps.scope?.id ?? null);
   let result: ModelAttempt;
