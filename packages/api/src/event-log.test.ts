@@ -1,6 +1,6 @@
 /** The event log against real storage, on both backends. */
 import { newId, systemClock } from "@openma/storage";
-import { BACKENDS, openTestStorage, type TestStorage } from "@openma/storage/testing";
+import { BACKENDS, insertTestSession, openTestStorage, type TestStorage } from "@openma/storage/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ApiError } from "./errors.ts";
 import { appendEvents, type EventLogDeps, eventSeq, notifyAppended, readEventsAfter, sessionTopic } from "./event-log.ts";
@@ -21,27 +21,7 @@ describe.each(BACKENDS)("event log on %s", (dialect) => {
   });
   afterAll(async () => store?.cleanup());
 
-  async function session(opts: { archived?: boolean } = {}): Promise<string> {
-    const id = newId("sesn");
-    const now = new Date().toISOString();
-    const body = { type: "session", id, status: "idle", outcome_evaluations: [], usage: {} };
-    await store.storage.db
-      .insertInto("sessions")
-      .values({
-        id,
-        agent_id: "agent_x",
-        agent_version: 1,
-        environment_id: "env_x",
-        status: "idle",
-        body: JSON.stringify(body),
-        last_seq: 0,
-        created_at: now,
-        updated_at: now,
-        archived_at: opts.archived ? now : null,
-      })
-      .execute();
-    return id;
-  }
+  const session = (opts: { archived?: boolean } = {}) => insertTestSession(store.storage, opts);
 
   const seqs = async (id: string) => (await readEventsAfter(store.storage.db, id, 0, 10_000)).map((e) => e.seq);
   const row = (id: string) => store.storage.db.selectFrom("sessions").selectAll().where("id", "=", id).executeTakeFirstOrThrow();

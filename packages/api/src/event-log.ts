@@ -43,6 +43,13 @@ export interface AppendOptions {
    * reader look before the rows are visible).
    */
   trx?: Transaction<Database>;
+  /**
+   * Runs under the session row's lock, right after the seqs were reserved and
+   * before anything is written, with the session row as it was: a caller's
+   * last check that this append may happen (throw to refuse: the transaction
+   * rolls back). Saves a caller the separate `lockSession` statement.
+   */
+  admit?: (session: SessionRow) => Promise<void>;
 }
 
 /**
@@ -56,8 +63,8 @@ export async function appendEvents(
   drafts: readonly EventDraft[],
   opts: AppendOptions = {},
 ): Promise<AppendResult> {
-  if (opts.trx) return appendIn(opts.trx, deps, sessionId, drafts);
-  const result = await deps.storage.db.transaction().execute((trx) => appendIn(trx, deps, sessionId, drafts));
+  if (opts.trx) return appendIn(opts.trx, deps, sessionId, drafts, opts.admit);
+  const result = await deps.storage.db.transaction().execute((trx) => appendIn(trx, deps, sessionId, drafts, opts.admit));
   if (result.appended.length > 0) await notifyAppended(deps, sessionId);
   return result;
 }
@@ -138,8 +145,10 @@ async function appendIn(
   deps: EventLogDeps,
   sessionId: string,
   drafts: readonly EventDraft[],
+  admit?: (session: SessionRow) => Promise<void>,
 ): Promise<AppendResult> {
   const { session, webhooks } = await reserveSeqs(trx, deps, sessionId, drafts.length);
+  await admit?.(session);
   // Checked under the lock: a concurrent append with the same key has committed or not started.
   const known = await storedByDedupeKey(trx, sessionId, drafts);
   const nowMs = deps.clock.now();

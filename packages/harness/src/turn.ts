@@ -24,7 +24,7 @@ import type { SandboxResolver } from "@openma/contract";
 import type { PriceTable } from "@openma/pricing";
 import type { Clock, IdFactory, SecretBox, Storage } from "@openma/storage";
 import { actStep } from "./actions.ts";
-import { draft, withSession } from "./append.ts";
+import { appendToSession, draft, withSession } from "./append.ts";
 import { compactStep } from "./compaction.ts";
 import type { CompactionPlan } from "./compaction-cut.ts";
 import { loadContext, modelIdOf, type SessionContext, serverToolContext } from "./context.ts";
@@ -108,7 +108,7 @@ function runningDraft(state: LogState): EventDraft[] {
 async function running(deps: TurnRunnerDeps, sessionId: string, state: LogState): Promise<boolean> {
   const drafts = runningDraft(state);
   if (drafts.length === 0) return true;
-  const r = await withSession(deps, sessionId, (tx) => tx.append(drafts));
+  const r = await appendToSession(deps, sessionId, drafts);
   return r.type === "ok";
 }
 
@@ -257,7 +257,7 @@ async function runSteps(
         const stop = draft("session.status_idle", { stop_reason: next.stopReason, stop_details: null }, next.dedupeKey);
         const drafts =
           next.stopReason.type === "budget_reached" && budget === "unpriced" ? [unpricedBudgetError(ctx, next.dedupeKey), stop] : [stop];
-        const r = await withSession(deps, sessionId, (tx) => tx.append(drafts));
+        const r = await appendToSession(deps, sessionId, drafts);
         return r.type === "terminated" ? TERMINATED(sessionId) : next.outcome;
       }
       case "act":
