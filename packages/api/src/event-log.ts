@@ -85,10 +85,14 @@ export async function notifySession(deps: EventLogDeps, sessionId: string): Prom
 /**
  * What a writer calls after committing a transaction that appended events:
  * on a transactional bus the append already queued the wake-up for its
- * commit (see `reserveSeqs`), so only a non-transactional bus publishes here.
+ * commit (see `reserveSeqs`), for every process; this process's own readers
+ * are woken here at once (`ChangeBus.committed`) rather than when the
+ * database's delivery comes back. A non-transactional bus publishes here.
  */
 export async function notifyAppended(deps: EventLogDeps, sessionId: string): Promise<void> {
-  if (!deps.storage.bus.publishOnCommit) await notifySession(deps, sessionId);
+  const { bus } = deps.storage;
+  if (!bus.publishOnCommit) await notifySession(deps, sessionId);
+  else bus.committed?.([sessionTopic(sessionId)]);
 }
 
 /**

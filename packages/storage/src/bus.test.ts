@@ -1,6 +1,7 @@
 /** The bus's data broadcasts (the `event_deltas` transport) on both backends: delivered in order to listeners of the topic only. */
 import { describe, expect, it } from "vitest";
 import { MAX_BROADCAST_BYTES, publishOnCommitIn } from "./bus.ts";
+import { openStorage } from "./storage.ts";
 import { BACKENDS, openTestStorage } from "./testing.ts";
 
 describe.each(BACKENDS)("bus broadcasts on %s", (dialect) => {
@@ -72,6 +73,66 @@ describe.each(BACKENDS)("publishing with a commit on %s", (dialect) => {
       for (const off of offs) off();
     } finally {
       await store.cleanup();
+    }
+  });
+});
+
+describe("Postgres bus: a commit's wake-up in its own process", () => {
+  it("wakes local subscribers once when the writer says committed, before or after the database's delivery; others still by the database", async () => {
+    const a = await openTestStorage("postgres");
+    // A second process on the same schema.
+    const b = await openStorage({ dataDir: a.dataDir, databaseUrl: a.databaseUrl, pgSchema: a.pgSchema });
+    try {
+      const { bus, db } = a.storage;
+      const woken: string[] = [];
+      const off = bus.subscribe("t:x", () => woken.push("t:x"));
+      let elsewhere = 0;
+      const offB = b.bus.subscribe("t:x", () => elsewhere++);
+      // The database hands this listener its notifications in commit order: once the marker is seen, the commit's came too.
+      const settled = async () => {
+        const marker = new Promise<void>((resolve) => {
+          const offMarker = bus.subscribe("marker", () => {
+            offMarker();
+            resolve();
+          });
+        });
+        await bus.publish("marker");
+        await marker;
+      };
+      // Said before the delivery: woken at once (synchronously), and the delivery is not repeated.
+      await db.transaction().execute((trx) => publishOnCommitIn(bus, trx, ["t:x"]));
+      bus.committed?.(["t:x", "t:x"]);
+      expect(woken).toEqual(["t:x"]);
+      await settled();
+      expect(woken).toEqual(["t:x"]);
+      // The delivery first: it wakes, and the writer's late word does not wake again.
+      await db.transaction().execute((trx) => publishOnCommitIn(bus, trx, ["t:x"]));
+      await settled();
+      expect(woken).toEqual(["t:x", "t:x"]);
+      bus.committed?.(["t:x"]);
+      expect(woken).toEqual(["t:x", "t:x"]);
+      // A writer that never says committed: its delivery wakes, and the next commit is still woken (by its delivery).
+      await db.transaction().execute((trx) => publishOnCommitIn(bus, trx, ["t:x"]));
+      await settled();
+      await db.transaction().execute((trx) => publishOnCommitIn(bus, trx, ["t:x"]));
+      bus.committed?.(["t:x"]);
+      await settled();
+      expect(woken).toEqual(["t:x", "t:x", "t:x", "t:x"]);
+      // The other process was woken by the database, once per commit.
+      const marker = new Promise<void>((resolve) => {
+        const offMarker = b.bus.subscribe("marker", () => {
+          offMarker();
+          resolve();
+        });
+      });
+      await b.bus.publish("marker");
+      await marker;
+      expect(elsewhere).toBe(4);
+      off();
+      offB();
+    } finally {
+      await b.close();
+      await a.cleanup();
     }
   });
 });
