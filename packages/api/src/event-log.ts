@@ -65,7 +65,7 @@ export async function appendEvents(
 ): Promise<AppendResult> {
   if (opts.trx) return appendIn(opts.trx, deps, sessionId, drafts, opts.admit);
   const result = await deps.storage.db.transaction().execute((trx) => appendIn(trx, deps, sessionId, drafts, opts.admit));
-  if (result.appended.length > 0) await notifyAppended(deps, sessionId);
+  await notifyAppended(deps, sessionId, result.appended.length > 0);
   return result;
 }
 
@@ -83,16 +83,19 @@ export async function notifySession(deps: EventLogDeps, sessionId: string): Prom
 }
 
 /**
- * What a writer calls after committing a transaction that appended events:
- * on a transactional bus the append already queued the wake-up for its
- * commit (see `reserveSeqs`), for every process; this process's own readers
- * are woken here at once (`ChangeBus.committed`) rather than when the
- * database's delivery comes back. A non-transactional bus publishes here.
+ * What a writer calls after committing a transaction that ran an append
+ * (`added`: whether it added events, not only found them by dedupe key): on a
+ * transactional bus the append already queued the wake-up for its commit (see
+ * `reserveSeqs`), for every process, whether or not it added anything; this
+ * process's own readers are woken here at once (`ChangeBus.committed`, which
+ * must be told of every such commit to pair it with its delivery) rather than
+ * when the database's delivery comes back. A non-transactional bus publishes
+ * here when something was added.
  */
-export async function notifyAppended(deps: EventLogDeps, sessionId: string): Promise<void> {
+export async function notifyAppended(deps: EventLogDeps, sessionId: string, added = true): Promise<void> {
   const { bus } = deps.storage;
-  if (!bus.publishOnCommit) await notifySession(deps, sessionId);
-  else bus.committed?.([sessionTopic(sessionId)]);
+  if (bus.publishOnCommit) bus.committed?.([sessionTopic(sessionId)]);
+  else if (added) await notifySession(deps, sessionId);
 }
 
 /**

@@ -77,7 +77,7 @@ export async function appendToSession(
   } catch (err) {
     return refusal(err);
   }
-  if (result.appended.length) await notifyAppended(deps, sessionId);
+  await notifyAppended(deps, sessionId, result.appended.length > 0);
   return { type: "ok", value: result.events };
 }
 
@@ -87,6 +87,8 @@ export async function withSession<T>(
   fn: (tx: SessionTx) => Promise<T>,
   guard: SessionGuard = {},
 ): Promise<Guarded<T>> {
+  // Whether an append ran (its reservation queued the wake-up) and whether it added anything.
+  let ran = false;
   let appended = false;
   let result: Guarded<T>;
   try {
@@ -96,6 +98,7 @@ export async function withSession<T>(
         trx,
         async append(drafts) {
           const r = await appendEvents(deps, sessionId, withReply(deps.scope ?? null, scopeDrafts(deps.scope ?? null, drafts)), { trx });
+          ran = true;
           if (r.appended.length) appended = true;
           return r.events;
         },
@@ -105,7 +108,7 @@ export async function withSession<T>(
   } catch (err) {
     return refusal(err);
   }
-  if (appended) await notifyAppended(deps, sessionId);
+  if (ran) await notifyAppended(deps, sessionId, appended);
   return result;
 }
 

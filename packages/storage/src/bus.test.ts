@@ -1,23 +1,8 @@
 /** The bus's data broadcasts (the `event_deltas` transport) on both backends: delivered in order to listeners of the topic only. */
 import { describe, expect, it } from "vitest";
-import { type ChangeBus, MAX_BROADCAST_BYTES, publishOnCommitIn } from "./bus.ts";
+import { MAX_BROADCAST_BYTES, publishOnCommitIn } from "./bus.ts";
 import { openStorage } from "./storage.ts";
-import { BACKENDS, openTestStorage } from "./testing.ts";
-
-/**
- * Publishes a marker and waits until `bus` sees it. Wake-ups reach a listener in the order they were
- * published (Postgres: commit order), so once it is seen, nothing published earlier is still on its way.
- */
-async function markerSeen(bus: ChangeBus): Promise<void> {
-  const seen = new Promise<void>((resolve) => {
-    const off = bus.subscribe("marker", () => {
-      off();
-      resolve();
-    });
-  });
-  await bus.publish("marker");
-  await seen;
-}
+import { BACKENDS, markerSeen, openTestStorage } from "./testing.ts";
 
 describe.each(BACKENDS)("bus broadcasts on %s", (dialect) => {
   it("delivers payloads in order to the topic's listeners, keeps wake-ups apart, and refuses oversized payloads", async () => {

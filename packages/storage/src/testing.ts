@@ -10,6 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { S3StandIn } from "@openma/s3-standin";
 import pg from "pg";
+import type { ChangeBus } from "./bus.ts";
 import { newId } from "./ids.ts";
 import type { S3BlobStore } from "./s3-blobs.ts";
 import { type Dialect, openStorage, type Storage } from "./storage.ts";
@@ -119,4 +120,19 @@ export async function insertTestSession(
     })
     .execute();
   return id;
+}
+
+/**
+ * Publishes a marker and waits until `bus` sees it. Wake-ups reach a listener in the order they were
+ * published (Postgres: commit order), so once it is seen, nothing published earlier is still on its way.
+ */
+export async function markerSeen(bus: ChangeBus): Promise<void> {
+  const seen = new Promise<void>((resolve) => {
+    const off = bus.subscribe("marker", () => {
+      off();
+      resolve();
+    });
+  });
+  await bus.publish("marker");
+  await seen;
 }

@@ -187,7 +187,7 @@ async function sendEvents(c: Context<AppEnv>, sessionId: string) {
     return { ...appended, work, turn, published, topics };
   });
   deps.metrics?.eventAppendDuration.observe({}, (performance.now() - appendStarted) / 1000);
-  if (result.appended.length > 0) await notifyAppended(deps, sessionId);
+  await notifyAppended(deps, sessionId, result.appended.length > 0);
   // This process's execution worker claims now, not when the commit's notification comes back round.
   if (result.published) deps.storage.bus.committed?.(result.topics);
   if (!result.published && result.work?.created) await notifyWorkers(c, session.environment_id);
