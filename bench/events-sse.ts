@@ -8,7 +8,7 @@
  *      session, against the p50/p99 of one raw insert.
  * Run: npx tsx bench/events-sse.ts [events=2000] [subscribers=100]
  */
-import { cpus } from "node:os";
+import { cpus, loadavg } from "node:os";
 import { Stream } from "@anthropic-ai/sdk/core/streaming";
 import type { Dialect } from "@openma/storage";
 import { sql } from "kysely";
@@ -148,7 +148,14 @@ async function benchBackend(dialect: Dialect) {
 }
 
 const f = (n: number, digits = 0) => n.toFixed(digits);
-console.log(`# events + SSE benchmark  (${new Date().toISOString()}, node ${process.version}, ${cpus().length} cpus)`);
+// Wall-clock figures here move with the machine's load (the same-run ratios less so): say what it was.
+const load = () =>
+  loadavg()
+    .map((l) => l.toFixed(2))
+    .join(" / ");
+console.log(
+  `# events + SSE benchmark  (${new Date().toISOString()}, node ${process.version}, ${cpus().length} cpus, load average ${load()})`,
+);
 console.log(`events=${EVENTS} subscribers=${SUBSCRIBERS} latency_events=${LATENCY_EVENTS}\n`);
 console.log(
   "| backend | raw inserts/s | appends/s | appended+delivered over SSE/s | ratio vs raw | raw insert p50 / p99 ms | delivery p50 / p99 / max ms (100 subs) | p99 ratio vs raw p99 |",
@@ -162,6 +169,7 @@ for (const dialect of backends()) {
   );
   results.push(r);
 }
+console.log(`\nload average at the end: ${load()}`);
 for (const r of results) {
   const ratio = Number((r.deliveredPerSec / r.rawPerSec).toFixed(2));
   reportRatioAtLeast("events-sse", `appends delivered over SSE vs raw single-row inserts (${r.dialect})`, ratio, 0.5);

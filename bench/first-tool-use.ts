@@ -12,7 +12,7 @@
  *
  * Run: npx tsx bench/first-tool-use.ts [runs=50]   (npm run bench:first-tool-use)
  */
-import { cpus } from "node:os";
+import { cpus, loadavg } from "node:os";
 import Anthropic from "@anthropic-ai/sdk";
 import { type ScriptedModel, startScriptedModel } from "@openma/scripted-model";
 import type { Dialect } from "@openma/storage";
@@ -100,7 +100,14 @@ function summary(xs: number[]): { p50: number; p95: number } {
   return { p50: quantile(sorted, 0.5), p95: quantile(sorted, 0.95) };
 }
 
+/** The 1/5/15-minute load averages: wall-clock latencies here move with them. */
+const load = () =>
+  loadavg()
+    .map((l) => l.toFixed(2))
+    .join(" / ");
+
 async function main(): Promise<void> {
+  const loadAtStart = load();
   const model = await startScriptedModel({
     apiKey: MODEL_KEY,
     script: [{ response: { content: [TOOL_USE], usage: { input_tokens: 50, output_tokens: 10 } }, times: 1_000_000 }],
@@ -113,7 +120,7 @@ async function main(): Promise<void> {
   }
   const cpu = cpus()[0]?.model ?? "unknown CPU";
   console.log(
-    `First tool use: ${RUNS} runs per backend (after ${WARMUP} warm-up), ${cpus().length} CPUs (${cpu}), Node ${process.version}\n`,
+    `First tool use: ${RUNS} runs per backend (after ${WARMUP} warm-up), ${cpus().length} CPUs (${cpu}), Node ${process.version}, load average ${loadAtStart} at start, ${load()} at end\n`,
   );
   console.log("| Backend | OpenMA p50 | OpenMA p95 | Scripted model p50 | Scripted model p95 | Ratio p50 | Ratio p95 | Added p50 |");
   console.log("|---|---|---|---|---|---|---|---|");

@@ -36,6 +36,9 @@ import { GATEWAY_FORWARDER_DIR, GATEWAY_FORWARDER_SCRIPT, type ModelGateway, ope
 import type { Clock, IdFactory, Storage } from "@openma/storage";
 import { planFor, SANDBOX_NODE_DIR, serveNodeRuntime, sessionDirs } from "./sandbox.ts";
 
+/** Sessions whose pinned-or-not answer is remembered (the oldest is forgotten first). */
+const PINNED_MEMO_SIZE = 10_000;
+
 /** Loopback port of the in-sandbox forwarder to the gateway socket: the agent's model origin. */
 const GATEWAY_PORT = 18080;
 /** What the agent holds instead of the model key. */
@@ -268,7 +271,17 @@ export function openAcpSessions(options: AcpSessionsOptions): AcpSessions {
 
   return {
     route(fallback) {
-      const pinned = async (sessionId: string) => (await pinnedAcpRelease(storage.db, sessionId)) !== null;
+      // A session pins its release (or none) when it is created and never changes it, so the answer is kept:
+      // the worker asks before each of needsTurn and runTurn, a read each on the path to every model request.
+      const known = new Map<string, boolean>();
+      const pinned = async (sessionId: string) => {
+        const hit = known.get(sessionId);
+        if (hit !== undefined) return hit;
+        const answer = (await pinnedAcpRelease(storage.db, sessionId)) !== null;
+        if (known.size >= PINNED_MEMO_SIZE) known.delete(known.keys().next().value as string);
+        known.set(sessionId, answer);
+        return answer;
+      };
       return {
         runTurn: async (sessionId, signal) =>
           (await pinned(sessionId)) ? runTurn(sessionId, signal) : fallback.runTurn(sessionId, signal),

@@ -1,6 +1,6 @@
 /** The event log against real storage, on both backends. */
 import { newId, systemClock } from "@openma/storage";
-import { BACKENDS, openTestStorage, type TestStorage } from "@openma/storage/testing";
+import { BACKENDS, insertTestSession, markerSeen, openTestStorage, type TestStorage } from "@openma/storage/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ApiError } from "./errors.ts";
 import { appendEvents, type EventLogDeps, eventSeq, notifyAppended, readEventsAfter, sessionTopic } from "./event-log.ts";
@@ -21,27 +21,7 @@ describe.each(BACKENDS)("event log on %s", (dialect) => {
   });
   afterAll(async () => store?.cleanup());
 
-  async function session(opts: { archived?: boolean } = {}): Promise<string> {
-    const id = newId("sesn");
-    const now = new Date().toISOString();
-    const body = { type: "session", id, status: "idle", outcome_evaluations: [], usage: {} };
-    await store.storage.db
-      .insertInto("sessions")
-      .values({
-        id,
-        agent_id: "agent_x",
-        agent_version: 1,
-        environment_id: "env_x",
-        status: "idle",
-        body: JSON.stringify(body),
-        last_seq: 0,
-        created_at: now,
-        updated_at: now,
-        archived_at: opts.archived ? now : null,
-      })
-      .execute();
-    return id;
-  }
+  const session = (opts: { archived?: boolean } = {}) => insertTestSession(store.storage, opts);
 
   const seqs = async (id: string) => (await readEventsAfter(store.storage.db, id, 0, 10_000)).map((e) => e.seq);
   const row = (id: string) => store.storage.db.selectFrom("sessions").selectAll().where("id", "=", id).executeTakeFirstOrThrow();
@@ -112,17 +92,7 @@ describe.each(BACKENDS)("event log on %s", (dialect) => {
     const id = await session();
     let wakes = 0;
     const unsubscribe = store.storage.bus.subscribe(sessionTopic(id), () => wakes++);
-    // A publish from this process reaches its own subscribers in order: a marker proves nothing else is on its way.
-    const settled = async () => {
-      const marker = new Promise<void>((resolve) => {
-        const off = store.storage.bus.subscribe("marker", () => {
-          off();
-          resolve();
-        });
-      });
-      await store.storage.bus.publish("marker");
-      await marker;
-    };
+    const settled = () => markerSeen(store.storage.bus);
     try {
       await appendEvents(deps, id, [draft("agent.message")]);
       await settled();
@@ -146,6 +116,27 @@ describe.each(BACKENDS)("event log on %s", (dialect) => {
       await settled();
       expect(wakes).toBe(2);
       expect((await row(id)).last_seq).toBe(2);
+    } finally {
+      unsubscribe();
+    }
+  });
+
+  it("wakes this process's readers by the time the append returns, also after an append that only found its dedupe key", async () => {
+    const id = await session();
+    let wakes = 0;
+    const unsubscribe = store.storage.bus.subscribe(sessionTopic(id), () => wakes++);
+    try {
+      await appendEvents(deps, id, [draft("agent.message", {}, "k")]);
+      expect(wakes).toBe(1);
+      // Nothing added: on Postgres its reservation still queued a wake-up, which must not throw the next one's pairing off.
+      await appendEvents(deps, id, [draft("agent.message", {}, "k")]);
+      await markerSeen(store.storage.bus);
+      const before = wakes;
+      await appendEvents(deps, id, [draft("agent.thinking", {}, "k2")]);
+      expect(wakes).toBe(before + 1);
+      // The commit's own delivery (Postgres) does not wake them again.
+      await markerSeen(store.storage.bus);
+      expect(wakes).toBe(before + 1);
     } finally {
       unsubscribe();
     }

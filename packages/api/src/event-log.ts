@@ -43,6 +43,13 @@ export interface AppendOptions {
    * reader look before the rows are visible).
    */
   trx?: Transaction<Database>;
+  /**
+   * Runs under the session row's lock, right after the seqs were reserved and
+   * before anything is written, with the session row as it was: a caller's
+   * last check that this append may happen (throw to refuse: the transaction
+   * rolls back). Saves a caller the separate `lockSession` statement.
+   */
+  admit?: (session: SessionRow) => Promise<void>;
 }
 
 /**
@@ -56,9 +63,9 @@ export async function appendEvents(
   drafts: readonly EventDraft[],
   opts: AppendOptions = {},
 ): Promise<AppendResult> {
-  if (opts.trx) return appendIn(opts.trx, deps, sessionId, drafts);
-  const result = await deps.storage.db.transaction().execute((trx) => appendIn(trx, deps, sessionId, drafts));
-  if (result.appended.length > 0) await notifyAppended(deps, sessionId);
+  if (opts.trx) return appendIn(opts.trx, deps, sessionId, drafts, opts.admit);
+  const result = await deps.storage.db.transaction().execute((trx) => appendIn(trx, deps, sessionId, drafts, opts.admit));
+  await notifyAppended(deps, sessionId, result.appended.length > 0);
   return result;
 }
 
@@ -76,12 +83,19 @@ export async function notifySession(deps: EventLogDeps, sessionId: string): Prom
 }
 
 /**
- * What a writer calls after committing a transaction that appended events:
- * on a transactional bus the append already queued the wake-up for its
- * commit (see `reserveSeqs`), so only a non-transactional bus publishes here.
+ * What a writer calls after committing a transaction that ran an append
+ * (`added`: whether it added events, not only found them by dedupe key): on a
+ * transactional bus the append already queued the wake-up for its commit (see
+ * `reserveSeqs`), for every process, whether or not it added anything; this
+ * process's own readers are woken here at once (`ChangeBus.committed`, which
+ * must be told of every such commit to pair it with its delivery) rather than
+ * when the database's delivery comes back. A non-transactional bus publishes
+ * here when something was added.
  */
-export async function notifyAppended(deps: EventLogDeps, sessionId: string): Promise<void> {
-  if (!deps.storage.bus.publishOnCommit) await notifySession(deps, sessionId);
+export async function notifyAppended(deps: EventLogDeps, sessionId: string, added = true): Promise<void> {
+  const { bus } = deps.storage;
+  if (bus.publishOnCommit) bus.committed?.([sessionTopic(sessionId)]);
+  else if (added) await notifySession(deps, sessionId);
 }
 
 /**
@@ -138,8 +152,10 @@ async function appendIn(
   deps: EventLogDeps,
   sessionId: string,
   drafts: readonly EventDraft[],
+  admit?: (session: SessionRow) => Promise<void>,
 ): Promise<AppendResult> {
   const { session, webhooks } = await reserveSeqs(trx, deps, sessionId, drafts.length);
+  await admit?.(session);
   // Checked under the lock: a concurrent append with the same key has committed or not started.
   const known = await storedByDedupeKey(trx, sessionId, drafts);
   const nowMs = deps.clock.now();

@@ -6,7 +6,7 @@
  */
 import { sessionTopic as apiSessionTopic, appendEvents, type EventLogDeps, notifySession } from "@openma/api";
 import { newId, systemClock } from "@openma/storage";
-import { BACKENDS, openTestStorage, type TestStorage } from "@openma/storage/testing";
+import { BACKENDS, insertTestSession, openTestStorage, type TestStorage } from "@openma/storage/testing";
 import { ManualScheduler } from "@openma/time";
 import { afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { claimNext, EXECUTION_TOPIC, executionRow, forgetSession, renewClaim, requestTurn } from "./queue.ts";
@@ -145,26 +145,7 @@ describe.each(BACKENDS)("execution worker on %s", (dialect) => {
     return worker;
   }
 
-  async function newSession(): Promise<string> {
-    const id = newId("sesn");
-    const now = new Date().toISOString();
-    await t.storage.db
-      .insertInto("sessions")
-      .values({
-        id,
-        agent_id: "agent_x",
-        agent_version: 1,
-        environment_id: "env_x",
-        status: "idle",
-        body: JSON.stringify({ type: "session", id, status: "idle", usage: {} }),
-        last_seq: 0,
-        created_at: now,
-        updated_at: now,
-        archived_at: null,
-      })
-      .execute();
-    return id;
-  }
+  const newSession = () => insertTestSession(t.storage);
 
   /** What the events route does: the event and the turn request in one transaction, then the wake-ups. */
   async function send(sessionId: string, type = "user.message"): Promise<void> {

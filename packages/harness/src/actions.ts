@@ -8,7 +8,7 @@
  * recorded once. The tool itself runs at least once: a crash after it ran
  * and before its result landed runs it again on the next attempt.
  */
-import { draft, withSession } from "./append.ts";
+import { appendToSession, draft } from "./append.ts";
 import { type SessionContext, serverToolContext } from "./context.ts";
 import type { LogState, ToolUseRecord } from "./log.ts";
 import type { Action, TurnOutcome } from "./plan.ts";
@@ -117,7 +117,7 @@ export async function actStep(
     const usage = await usageEventFields(deps, ctx, state, addServerToolUse(state.usage, counter));
     drafts.push(draft("session.usage", usage, `usage:${toolUse.id}`));
   }
-  const landed = await withSession(deps, ctx.sessionId, (tx) => tx.append(drafts));
+  const landed = await appendToSession(deps, ctx.sessionId, drafts);
   if (landed.type === "terminated") return { type: "failed", error: "the session was terminated during the turn" };
   return null;
 }

@@ -4,12 +4,14 @@
  * so nothing is ever written after `session.status_terminated`. With
  * `interruptAfterSeq`, the write is also refused when a `user.interrupt`
  * landed after that log position (a model response that arrives after the
- * user interrupted is dropped, not recorded). A run of one thread of a
+ * user interrupted is dropped, not recorded), and with `messageAfter` when a
+ * `user.message` did. `appendToSession` is the same for a transaction that
+ * only appends, with the lock taken by the append's own seq reservation. A run of one thread of a
  * multi-agent session (`deps.scope`) has its drafts tagged with the thread
  * here (threads.ts), so no step needs to know which thread it runs.
  */
 import { ApiError, appendEvents, type EventDraft, type EventLogDeps, lockSession, notifyAppended, type SessionEvent } from "@openma/api";
-import type { Database } from "@openma/storage";
+import type { Database, SessionRow } from "@openma/storage";
 import type { Transaction } from "kysely";
 import { type Scope, scopeDrafts, withReply } from "./threads.ts";
 
@@ -19,27 +21,84 @@ export interface SessionTx {
   append(drafts: readonly EventDraft[]): Promise<SessionEvent[]>;
 }
 
-export type Guarded<T> = { type: "ok"; value: T } | { type: "terminated" } | { type: "interrupted" };
+export type Guarded<T> = { type: "ok"; value: T } | { type: "terminated" } | { type: "interrupted" } | { type: "superseded" };
+
+export interface SessionGuard {
+  /** Refuse (`interrupted`) when a `user.interrupt` landed after this log position. */
+  interruptAfterSeq?: number;
+  /** Refuse (`superseded`) when a `user.message` of this thread (null: the primary) landed after `seq`. */
+  messageAfter?: { seq: number; threadId: string | null };
+}
+
+/** Why a guarded write was refused, thrown inside its transaction so that it rolls back. */
+class Refused extends Error {
+  constructor(readonly outcome: "terminated" | "interrupted" | "superseded") {
+    super(`session write refused: ${outcome}`);
+  }
+}
+
+/** The guards of a write, checked under the session lock on the row as it was locked; throws `Refused`. */
+async function admit(trx: Transaction<Database>, sessionId: string, row: SessionRow, guard: SessionGuard): Promise<void> {
+  if (row.archived_at || row.status === "terminated") throw new Refused("terminated");
+  if (guard.interruptAfterSeq !== undefined && (await loggedSince(trx, sessionId, guard.interruptAfterSeq, "user.interrupt"))) {
+    throw new Refused("interrupted");
+  }
+  const after = guard.messageAfter;
+  if (after && (await loggedSince(trx, sessionId, after.seq, "user.message", after.threadId))) throw new Refused("superseded");
+}
+
+/** A guarded transaction's end: refusals and the session's deletion (lockSession's 404) as outcomes. */
+function refusal(err: unknown): Guarded<never> {
+  if (err instanceof Refused) return { type: err.outcome };
+  // The session was deleted under us, which ends it like a termination.
+  if (err instanceof ApiError && err.status === 404) return { type: "terminated" };
+  throw err;
+}
+
+/**
+ * `withSession` for a transaction whose only writes are `drafts`: the lock
+ * and the guards ride on the append's own seq reservation (the same row lock,
+ * taken by the same statement), one round trip less than locking first.
+ */
+export async function appendToSession(
+  deps: EventLogDeps & { scope?: Scope },
+  sessionId: string,
+  drafts: readonly EventDraft[],
+  guard: SessionGuard = {},
+): Promise<Guarded<SessionEvent[]>> {
+  let result: Awaited<ReturnType<typeof appendEvents>>;
+  try {
+    result = await deps.storage.db.transaction().execute((trx) =>
+      appendEvents(deps, sessionId, withReply(deps.scope ?? null, scopeDrafts(deps.scope ?? null, drafts)), {
+        trx,
+        admit: (row) => admit(trx, sessionId, row, guard),
+      }),
+    );
+  } catch (err) {
+    return refusal(err);
+  }
+  await notifyAppended(deps, sessionId, result.appended.length > 0);
+  return { type: "ok", value: result.events };
+}
 
 export async function withSession<T>(
   deps: EventLogDeps & { scope?: Scope },
   sessionId: string,
   fn: (tx: SessionTx) => Promise<T>,
-  guard: { interruptAfterSeq?: number } = {},
+  guard: SessionGuard = {},
 ): Promise<Guarded<T>> {
+  // Whether an append ran (its reservation queued the wake-up) and whether it added anything.
+  let ran = false;
   let appended = false;
   let result: Guarded<T>;
   try {
     result = await deps.storage.db.transaction().execute(async (trx): Promise<Guarded<T>> => {
-      const row = await lockSession(trx, sessionId);
-      if (row.archived_at || row.status === "terminated") return { type: "terminated" };
-      if (guard.interruptAfterSeq !== undefined && (await loggedSince(trx, sessionId, guard.interruptAfterSeq, "user.interrupt"))) {
-        return { type: "interrupted" };
-      }
+      await admit(trx, sessionId, await lockSession(trx, sessionId), guard);
       const value = await fn({
         trx,
         async append(drafts) {
           const r = await appendEvents(deps, sessionId, withReply(deps.scope ?? null, scopeDrafts(deps.scope ?? null, drafts)), { trx });
+          ran = true;
           if (r.appended.length) appended = true;
           return r.events;
         },
@@ -47,11 +106,9 @@ export async function withSession<T>(
       return { type: "ok", value };
     });
   } catch (err) {
-    // lockSession's 404: the session was deleted under us, which ends it like a termination.
-    if (err instanceof ApiError && err.status === 404) return { type: "terminated" };
-    throw err;
+    return refusal(err);
   }
-  if (appended) await notifyAppended(deps, sessionId);
+  if (ran) await notifyAppended(deps, sessionId, appended);
   return result;
 }
 

@@ -20,7 +20,7 @@
  * `session.error`) and the conversation goes on uncompacted from there.
  */
 import type { EventDraft } from "@openma/api";
-import { draft, withSession } from "./append.ts";
+import { appendToSession, draft, withSession } from "./append.ts";
 import { modelIdOf, type SessionContext, serverToolContext } from "./context.ts";
 import { buildConversation, loadCompaction } from "./conversation.ts";
 import { COMPACTION_KEY_PREFIX, type LogState } from "./log.ts";
@@ -81,7 +81,7 @@ export async function compactStep(
     tools: catalogue.definitions,
     userId: ctx.sessionId,
   };
-  const started = await withSession(deps, ctx.sessionId, (tx) => tx.append([draft("span.model_request_start", {}, `${key}:start:1`)]));
+  const started = await appendToSession(deps, ctx.sessionId, [draft("span.model_request_start", {}, `${key}:start:1`)]);
   if (started.type !== "ok") return ENDED;
   const startId = (started.value[0] as { id: string }).id;
   const watch = new TurnWatch(deps.storage, ctx.sessionId, state.lastSeq, signal);
@@ -92,7 +92,7 @@ export async function compactStep(
     watch.close();
   }
   const record = async (drafts: EventDraft[]) => {
-    const r = await withSession(deps, ctx.sessionId, (tx) => tx.append(drafts));
+    const r = await appendToSession(deps, ctx.sessionId, drafts);
     return r.type === "terminated" ? ENDED : null;
   };
   if (sent.type === "aborted") {

@@ -4,7 +4,7 @@
  * `session.status_idle` (`retries_exhausted`), instead of staying `running`
  * with nobody working on it. New input starts a fresh turn as usual.
  */
-import { draft, withSession } from "./append.ts";
+import { appendToSession, draft } from "./append.ts";
 import type { TurnRunnerDeps } from "./turn.ts";
 
 export async function giveUpTurn(
@@ -15,10 +15,8 @@ export async function giveUpTurn(
   // One give-up per claim generation: a retried release appends nothing twice.
   const key = `gave_up:${input.generation}`;
   const message = `the turn was given up after ${input.attempts} failed attempts: ${input.error}`;
-  await withSession(deps, sessionId, (tx) =>
-    tx.append([
-      draft("session.error", { error: { type: "unknown_error", message, retry_status: { type: "exhausted" } } }, `${key}:error`),
-      draft("session.status_idle", { stop_reason: { type: "retries_exhausted" }, stop_details: null }, `${key}:idle`),
-    ]),
-  );
+  await appendToSession(deps, sessionId, [
+    draft("session.error", { error: { type: "unknown_error", message, retry_status: { type: "exhausted" } } }, `${key}:error`),
+    draft("session.status_idle", { stop_reason: { type: "retries_exhausted" }, stop_details: null }, `${key}:idle`),
+  ]);
 }

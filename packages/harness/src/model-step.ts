@@ -13,7 +13,7 @@
  */
 import type { ContentBlock } from "@anthropic-ai/sdk/resources/messages";
 import type { EventDraft } from "@openma/api";
-import { draft, loggedSince, withSession } from "./append.ts";
+import { appendToSession, draft, type SessionGuard, withSession } from "./append.ts";
 import { modelIdOf, type SessionContext, serverToolContext } from "./context.ts";
 import { buildConversation, loadCompaction } from "./conversation.ts";
 import { failedAttemptsSince, type LogState } from "./log.ts";
@@ -21,7 +21,7 @@ import type { ModelAttempt, ModelFailure, ModelRequest, ModelResponse, ModelUsag
 import { outcomePending, SANDBOX_FREE_REFUSAL, type TurnOutcome } from "./plan.ts";
 import { PreviewPublisher } from "./previews.ts";
 import { isDescribedError, type ServerToolExecutor } from "./server-tools.ts";
-import { buildCatalogue, isSandboxTool, type ToolCatalogue } from "./tools.ts";
+import { buildCatalogue, isMcpExecutor, isSandboxTool, type ToolCatalogue } from "./tools.ts";
 import type { TurnRunnerDeps } from "./turn.ts";
 import { addModelUsage, usageEventFields } from "./usage.ts";
 import { TurnWatch, type WatchReason } from "./watch.ts";
@@ -132,9 +132,9 @@ export function abortOutcome(reason: WatchReason | null): TurnOutcome | "interru
   return { type: "interrupted" };
 }
 
-async function reportToolListing(deps: TurnRunnerDeps, ctx: SessionContext, key: string, catalogue: ToolCatalogue): Promise<void> {
-  if (catalogue.failures.length === 0) return;
-  const drafts = catalogue.failures.map(({ executor, mcp, error }) => {
+/** The `session.error` of each executor whose tools could not be listed. */
+function toolListingErrors(key: string, catalogue: ToolCatalogue): EventDraft[] {
+  return catalogue.failures.map(({ executor, mcp, error }) => {
     const message = `could not list the tools of ${mcp ? "MCP server " : ""}${JSON.stringify(executor.id)}: ${errorMessage(error)}`;
     // Listing is tried again on the next model request, hence "retrying".
     const described = isDescribedError(error)
@@ -144,7 +144,6 @@ async function reportToolListing(deps: TurnRunnerDeps, ctx: SessionContext, key:
         : { type: "unknown_error", message, retry_status: { type: "retrying" } };
     return draft("session.error", { error: described }, `${key}:tools:${executor.id}`);
   });
-  await withSession(deps, ctx.sessionId, (tx) => tx.append(drafts));
 }
 
 function errorMessage(err: unknown): string {
@@ -160,6 +159,8 @@ interface Requested {
   request: ModelRequest;
   catalogue: ToolCatalogue;
   signal: AbortSignal;
+  /** Drafts still to land before the first attempt's span start, in the same transaction (taken by it). */
+  lead: EventDraft[];
 }
 
 /** "retry": the attempt failed transiently and the back-off is over. */
@@ -168,6 +169,8 @@ type AttemptOutcome = TurnOutcome | null | "retry";
 /**
  * Runs the model request the log calls for. Returns the turn's outcome when
  * the turn ends here, or null when the caller should plan the next step.
+ * `lead` (the turn's `session.status_running`, say) lands first, in the
+ * transaction of the request's first event: one commit less before the request.
  */
 export async function modelStep(
   deps: TurnRunnerDeps,
@@ -175,10 +178,16 @@ export async function modelStep(
   state: LogState,
   executors: readonly ServerToolExecutor[],
   signal: AbortSignal,
+  lead: readonly EventDraft[] = [],
 ): Promise<TurnOutcome | null> {
   const key = `model:${state.lastContentSeq}`;
+  let held = lead;
+  // Listing an MCP server's tools goes over the network: the running status is not held back behind it.
+  if (held.length > 0 && executors.some((e) => isMcpExecutor(ctx.agent, e))) {
+    if ((await appendToSession(deps, ctx.sessionId, held)).type !== "ok") return ENDED;
+    held = [];
+  }
   const catalogue = await buildCatalogue(ctx.agent, ctx.envType === "none", executors, serverToolContext(deps, ctx));
-  await reportToolListing(deps, ctx, key, catalogue);
   const request: ModelRequest = {
     model: modelIdOf(ctx.agent),
     system: ctx.agent.system ?? null,
@@ -188,7 +197,9 @@ export async function modelStep(
     tools: catalogue.definitions,
     userId: ctx.sessionId,
   };
-  const rq: Requested = { deps, ctx, state, key, request, catalogue, signal };
+  // Listing failures are told before the request (its error events carry no span): with the lead, in order.
+  const leading = [...held, ...toolListingErrors(key, catalogue)];
+  const rq: Requested = { deps, ctx, state, key, request, catalogue, signal, lead: leading };
   for (let attempt = failedAttemptsSince(state, state.lastContentSeq) + 1; ; attempt++) {
     const outcome = await runAttempt(rq, attempt);
     if (outcome !== "retry") return outcome;
@@ -197,11 +208,10 @@ export async function modelStep(
 
 async function runAttempt(rq: Requested, attempt: number): Promise<AttemptOutcome> {
   const { deps, ctx, key } = rq;
-  const started = await withSession(deps, ctx.sessionId, (tx) =>
-    tx.append([draft("span.model_request_start", {}, `${key}:start:${attempt}`)]),
-  );
+  const lead = rq.lead.splice(0);
+  const started = await appendToSession(deps, ctx.sessionId, [...lead, draft("span.model_request_start", {}, `${key}:start:${attempt}`)]);
   if (started.type !== "ok") return ENDED;
-  const startId = (started.value[0] as { id: string }).id;
+  const startId = (started.value.at(-1) as { id: string }).id;
   const watch = new TurnWatch(deps.storage, ctx.sessionId, rq.state.lastSeq, rq.signal);
   const previews = new PreviewPublisher(deps.storage.bus, ctx.sessionId, () => deps.ids("sevt"), deps.scope?.id ?? null);
   let result: ModelAttempt;
@@ -216,7 +226,7 @@ async function runAttempt(rq: Requested, attempt: number): Promise<AttemptOutcom
   if (result.type === "failure") return recordFailure(rq, attempt, startId, result.failure);
   const outcome = abortOutcome(watch.reason);
   if (outcome !== "interrupt") return outcome;
-  await withSession(deps, ctx.sessionId, (tx) => tx.append([spanEnd(key, attempt, startId, null)]));
+  await appendToSession(deps, ctx.sessionId, [spanEnd(key, attempt, startId, null)]);
   return null;
 }
 
@@ -232,33 +242,37 @@ async function recordResponse(
   const refused = response.stopReason === "refusal";
   const evaluating = !refused && outcomePending(rq.state);
   const plan = planResponse(key, attempt, startId, response, rq.catalogue, ctx.envType === "none", usageFields, previewed, evaluating);
-  const landed = await withSession(
-    deps,
-    ctx.sessionId,
-    async (tx) => {
-      // A response that would end the turn answers only what its request held. A user.message that
-      // landed meanwhile would be closed unseen by the final idle: drop the response instead (as after
-      // an interrupt) and plan again, so the next request holds both messages.
-      if (
-        plan.outcome?.type === "idle" &&
-        (await loggedSince(tx.trx, ctx.sessionId, rq.state.lastSeq, "user.message", deps.scope?.id ?? null))
-      ) {
-        return "superseded" as const;
-      }
-      const events = await tx.append(plan.drafts);
-      const refusals = plan.refusals.map(({ index, message }) => {
-        const id = (events[index] as { id: string }).id;
-        return draft("agent.tool_result", { tool_use_id: id, content: [{ type: "text", text: message }], is_error: true }, `result:${id}`);
-      });
-      if (refusals.length) await tx.append(refusals);
-      return "landed" as const;
-    },
+  const guard: SessionGuard = {
     // A response that arrives after the user interrupted is dropped.
-    { interruptAfterSeq: rq.state.lastSeq },
-  );
+    interruptAfterSeq: rq.state.lastSeq,
+    // A response that would end the turn answers only what its request held. A user.message that
+    // landed meanwhile would be closed unseen by the final idle: drop the response instead (as after
+    // an interrupt) and plan again, so the next request holds both messages.
+    ...(plan.outcome?.type === "idle" ? { messageAfter: { seq: rq.state.lastSeq, threadId: deps.scope?.id ?? null } } : {}),
+  };
+  const landed =
+    plan.refusals.length === 0
+      ? await appendToSession(deps, ctx.sessionId, plan.drafts, guard)
+      : await withSession(
+          deps,
+          ctx.sessionId,
+          async (tx) => {
+            const events = await tx.append(plan.drafts);
+            const refusals = plan.refusals.map(({ index, message }) => {
+              const id = (events[index] as { id: string }).id;
+              return draft(
+                "agent.tool_result",
+                { tool_use_id: id, content: [{ type: "text", text: message }], is_error: true },
+                `result:${id}`,
+              );
+            });
+            await tx.append(refusals);
+          },
+          guard,
+        );
   if (landed.type === "terminated") return ENDED;
-  if (landed.type === "interrupted" || (landed.type === "ok" && landed.value === "superseded")) {
-    await withSession(deps, ctx.sessionId, (tx) => tx.append([spanEnd(key, attempt, startId, null)]));
+  if (landed.type === "interrupted" || landed.type === "superseded") {
+    await appendToSession(deps, ctx.sessionId, [spanEnd(key, attempt, startId, null)]);
     return null;
   }
   return plan.outcome;
@@ -268,23 +282,19 @@ async function recordFailure(rq: Requested, attempt: number, startId: string, fa
   const { deps, ctx, key } = rq;
   const { retry } = deps.model;
   if (!failure.retryable || attempt > retry.maxRetries) {
-    await withSession(deps, ctx.sessionId, (tx) =>
-      tx.append([
-        spanEnd(key, attempt, startId, true),
-        errorDraft(failure, "exhausted", `${key}:error:${attempt}`),
-        draft("session.status_idle", { stop_reason: { type: "retries_exhausted" }, stop_details: null }, `${key}:idle`),
-      ]),
-    );
+    await appendToSession(deps, ctx.sessionId, [
+      spanEnd(key, attempt, startId, true),
+      errorDraft(failure, "exhausted", `${key}:error:${attempt}`),
+      draft("session.status_idle", { stop_reason: { type: "retries_exhausted" }, stop_details: null }, `${key}:idle`),
+    ]);
     deps.logger.warn({ session_id: ctx.sessionId, error_type: failure.errorType, attempts: attempt }, "model request failed; turn ended");
     return { type: "idle", stopReason: "retries_exhausted" };
   }
-  const waiting = await withSession(deps, ctx.sessionId, (tx) =>
-    tx.append([
-      spanEnd(key, attempt, startId, true),
-      errorDraft(failure, "retrying", `${key}:error:${attempt}`),
-      draft("session.status_rescheduled", {}, `${key}:rescheduled:${attempt}`),
-    ]),
-  );
+  const waiting = await appendToSession(deps, ctx.sessionId, [
+    spanEnd(key, attempt, startId, true),
+    errorDraft(failure, "retrying", `${key}:error:${attempt}`),
+    draft("session.status_rescheduled", {}, `${key}:rescheduled:${attempt}`),
+  ]);
   if (waiting.type !== "ok") return ENDED;
   const backoff = new TurnWatch(deps.storage, ctx.sessionId, rq.state.lastSeq, rq.signal);
   try {
@@ -295,8 +305,6 @@ async function recordFailure(rq: Requested, attempt: number, startId: string, fa
   } finally {
     backoff.close();
   }
-  const resumed = await withSession(deps, ctx.sessionId, (tx) =>
-    tx.append([draft("session.status_running", {}, `${key}:running:${attempt + 1}`)]),
-  );
+  const resumed = await appendToSession(deps, ctx.sessionId, [draft("session.status_running", {}, `${key}:running:${attempt + 1}`)]);
   return resumed.type === "ok" ? "retry" : ENDED;
 }

@@ -16,7 +16,7 @@
  * end.
  */
 import type { EventDraft } from "@openma/api";
-import { draft, withSession } from "./append.ts";
+import { appendToSession, draft } from "./append.ts";
 import { modelIdOf, type SessionContext } from "./context.ts";
 import type { LogState } from "./log.ts";
 import type { ModelAttempt, ModelUsage } from "./model.ts";
@@ -116,9 +116,9 @@ export async function evaluateStep(
   const key = `outcome:${ev.outcome.outcomeId}:${ev.iteration}`;
   let startId = ev.startId;
   if (!startId) {
-    const started = await withSession(deps, ctx.sessionId, (tx) =>
-      tx.append([draft("span.outcome_evaluation_start", { outcome_id: ev.outcome.outcomeId, iteration: ev.iteration }, `${key}:start`)]),
-    );
+    const started = await appendToSession(deps, ctx.sessionId, [
+      draft("span.outcome_evaluation_start", { outcome_id: ev.outcome.outcomeId, iteration: ev.iteration }, `${key}:start`),
+    ]);
     if (started.type !== "ok") return { type: "failed", error: "the session was terminated during the turn" };
     startId = (started.value[0] as { id: string }).id;
   }
@@ -151,6 +151,6 @@ export async function evaluateStep(
   ];
   if (verdict.usage !== ZERO)
     drafts.push(draft("session.usage", await usageEventFields(deps, ctx, state, addModelUsage(state.usage, u)), `${key}:usage`));
-  const landed = await withSession(deps, ctx.sessionId, (tx) => tx.append(drafts));
+  const landed = await appendToSession(deps, ctx.sessionId, drafts);
   return landed.type === "ok" ? null : { type: "failed", error: "the session was terminated during the turn" };
 }

@@ -18,12 +18,13 @@
  * The caller (the execution queue) guarantees one runner per session at a
  * time; if two ever overlap, the dedupe keys still keep the log consistent.
  */
+import { setImmediate } from "node:timers/promises";
 import type { EventDraft, Logger } from "@openma/api";
 import type { SandboxResolver } from "@openma/contract";
 import type { PriceTable } from "@openma/pricing";
 import type { Clock, IdFactory, SecretBox, Storage } from "@openma/storage";
 import { actStep } from "./actions.ts";
-import { draft, withSession } from "./append.ts";
+import { appendToSession, draft, withSession } from "./append.ts";
 import { compactStep } from "./compaction.ts";
 import type { CompactionPlan } from "./compaction-cut.ts";
 import { loadContext, modelIdOf, type SessionContext, serverToolContext } from "./context.ts";
@@ -97,12 +98,30 @@ function unpricedBudgetError(ctx: SessionContext, key: string): EventDraft {
   return draft("session.error", { error: { type: "unknown_error", message, retry_status: { type: "exhausted" } } }, `${key}:error`);
 }
 
-/** `session.status_running` before the turn does work, unless the log already says running. False when the session ended. */
+/** `session.status_running` before the turn does work, unless the log already says running (then none). */
+function runningDraft(state: LogState): EventDraft[] {
+  if (state.lastStatus?.status === "running") return [];
+  return [draft("session.status_running", {}, `running:${state.lastStatus?.seq ?? 0}`)];
+}
+
+/** Appends `session.status_running` unless the log already says running. False when the session ended. */
 async function running(deps: TurnRunnerDeps, sessionId: string, state: LogState): Promise<boolean> {
-  if (state.lastStatus?.status === "running") return true;
-  const key = `running:${state.lastStatus?.seq ?? 0}`;
-  const r = await withSession(deps, sessionId, (tx) => tx.append([draft("session.status_running", {}, key)]));
+  const drafts = runningDraft(state);
+  if (drafts.length === 0) return true;
+  const r = await appendToSession(deps, sessionId, drafts);
   return r.type === "ok";
+}
+
+/**
+ * Lets pending I/O run before the next step. A step's statements on SQLite
+ * complete synchronously, so a run of steps is one unbroken chain of
+ * microtasks: without this, the socket writes and reads of what a step just
+ * landed (SSE frames to clients, responses) wait for the whole turn to reach
+ * its next real I/O. Two check phases are needed to bracket one poll phase.
+ */
+async function yieldToIo(): Promise<void> {
+  await setImmediate();
+  await setImmediate();
 }
 
 /**
@@ -182,8 +201,8 @@ function threadToolDeps(deps: TurnRunnerDeps): ThreadToolDeps {
  * turn (the last idle before it), so a re-run after a crash records nothing
  * twice while every later turn is told again.
  */
-async function reportCredentialHosts(deps: TurnRunnerDeps, ctx: SessionContext, state: LogState): Promise<void> {
-  if (ctx.vaultIds.length === 0) return;
+async function credentialHostDrafts(deps: TurnRunnerDeps, ctx: SessionContext, state: LogState): Promise<EventDraft[]> {
+  if (ctx.vaultIds.length === 0) return [];
   let errors: Awaited<ReturnType<typeof credentialHostErrors>>;
   try {
     errors = await credentialHostErrors({
@@ -195,17 +214,15 @@ async function reportCredentialHosts(deps: TurnRunnerDeps, ctx: SessionContext, 
   } catch (err) {
     // A check that cannot run must not block the turn; the executors still refuse what the credentials do not cover.
     deps.logger.warn({ session_id: ctx.sessionId, err: (err as Error).message }, "credential host check failed");
-    return;
+    return [];
   }
-  if (errors.length === 0) return;
-  const drafts = errors.map((error) =>
+  return errors.map((error) =>
     draft(
       "session.error",
       { error: { ...error, retry_status: { type: "retrying" } } },
       `credential_hosts:${state.lastIdleSeq}:${error.credential_id}`,
     ),
   );
-  await withSession(deps, ctx.sessionId, (tx) => tx.append(drafts));
 }
 
 const TERMINATED = (sessionId: string): TurnOutcome => ({ type: "failed", error: `session ${sessionId} is terminated` });
@@ -221,6 +238,7 @@ async function runSteps(
   // Credential hosts are a session matter: the primary thread reports them.
   let hostsChecked = scope !== null;
   for (let step = 0; step < MAX_STEPS; step++) {
+    if (step > 0) await yieldToIo();
     if (signal.aborted) return { type: "interrupted" };
     const ctx = await loadContext(deps.storage, sessionId, scope);
     if (!ctx) return { type: "failed", error: `session ${sessionId} was not found` };
@@ -239,7 +257,7 @@ async function runSteps(
         const stop = draft("session.status_idle", { stop_reason: next.stopReason, stop_details: null }, next.dedupeKey);
         const drafts =
           next.stopReason.type === "budget_reached" && budget === "unpriced" ? [unpricedBudgetError(ctx, next.dedupeKey), stop] : [stop];
-        const r = await withSession(deps, sessionId, (tx) => tx.append(drafts));
+        const r = await appendToSession(deps, sessionId, drafts);
         return r.type === "terminated" ? TERMINATED(sessionId) : next.outcome;
       }
       case "act":
@@ -254,12 +272,14 @@ async function runSteps(
         if (!(await running(deps, sessionId, state))) return TERMINATED(sessionId);
         outcome = await compactStep(deps, ctx, state, executors, next.cut, signal);
         break;
-      case "call_model":
-        if (!(await running(deps, sessionId, state))) return TERMINATED(sessionId);
-        if (!hostsChecked) await reportCredentialHosts(deps, ctx, state);
+      case "call_model": {
+        // The running status (and any credential host errors) land with the request's first append
+        // (its span start): one transaction less before every model request that starts a turn.
+        const lead = [...runningDraft(state), ...(hostsChecked ? [] : await credentialHostDrafts(deps, ctx, state))];
         hostsChecked = true;
-        outcome = await modelStep(deps, ctx, state, executors, signal);
+        outcome = await modelStep(deps, ctx, state, executors, signal, lead);
         break;
+      }
     }
     if (outcome) return outcome;
   }

@@ -1,7 +1,8 @@
 /** The bus's data broadcasts (the `event_deltas` transport) on both backends: delivered in order to listeners of the topic only. */
 import { describe, expect, it } from "vitest";
 import { MAX_BROADCAST_BYTES, publishOnCommitIn } from "./bus.ts";
-import { BACKENDS, openTestStorage } from "./testing.ts";
+import { openStorage } from "./storage.ts";
+import { BACKENDS, markerSeen, openTestStorage } from "./testing.ts";
 
 describe.each(BACKENDS)("bus broadcasts on %s", (dialect) => {
   it("delivers payloads in order to the topic's listeners, keeps wake-ups apart, and refuses oversized payloads", async () => {
@@ -41,24 +42,13 @@ describe.each(BACKENDS)("publishing with a commit on %s", (dialect) => {
       const { bus, db } = store.storage;
       const woken: string[] = [];
       const offs = ["t:a", "t:b"].map((topic) => bus.subscribe(topic, () => woken.push(topic)));
-      // Wake-ups from this process arrive in order: once the marker is seen, nothing earlier is still on its way.
-      const settled = async () => {
-        const marker = new Promise<void>((resolve) => {
-          const off = bus.subscribe("marker", () => {
-            off();
-            resolve();
-          });
-        });
-        await bus.publish("marker");
-        await marker;
-      };
       let queued = false;
       await db.transaction().execute(async (trx) => {
         queued = await publishOnCommitIn(bus, trx, ["t:a", "t:b"]);
-        await settled();
+        await markerSeen(bus);
         expect(woken).toEqual([]);
       });
-      await settled();
+      await markerSeen(bus);
       expect(queued).toBe(dialect === "postgres");
       expect(woken).toEqual(queued ? ["t:a", "t:b"] : []);
 
@@ -67,11 +57,53 @@ describe.each(BACKENDS)("publishing with a commit on %s", (dialect) => {
         throw new Error("roll back");
       });
       await expect(rolledBack).rejects.toThrow("roll back");
-      await settled();
+      await markerSeen(bus);
       expect(woken).toEqual(queued ? ["t:a", "t:b"] : []);
       for (const off of offs) off();
     } finally {
       await store.cleanup();
+    }
+  });
+});
+
+describe("Postgres bus: a commit's wake-up in its own process", () => {
+  it("wakes local subscribers once when the writer says committed, before or after the database's delivery; others still by the database", async () => {
+    const a = await openTestStorage("postgres");
+    // A second process on the same schema.
+    const b = await openStorage({ dataDir: a.dataDir, databaseUrl: a.databaseUrl, pgSchema: a.pgSchema });
+    try {
+      const { bus, db } = a.storage;
+      const woken: string[] = [];
+      const off = bus.subscribe("t:x", () => woken.push("t:x"));
+      let elsewhere = 0;
+      const offB = b.bus.subscribe("t:x", () => elsewhere++);
+      // Said before the delivery: woken at once (synchronously), and the delivery is not repeated.
+      await db.transaction().execute((trx) => publishOnCommitIn(bus, trx, ["t:x"]));
+      bus.committed?.(["t:x", "t:x"]);
+      expect(woken).toEqual(["t:x"]);
+      await markerSeen(bus);
+      expect(woken).toEqual(["t:x"]);
+      // The delivery first: it wakes, and the writer's late word does not wake again.
+      await db.transaction().execute((trx) => publishOnCommitIn(bus, trx, ["t:x"]));
+      await markerSeen(bus);
+      expect(woken).toEqual(["t:x", "t:x"]);
+      bus.committed?.(["t:x"]);
+      expect(woken).toEqual(["t:x", "t:x"]);
+      // A writer that never says committed: its delivery wakes, and the next commit is still woken (by its delivery).
+      await db.transaction().execute((trx) => publishOnCommitIn(bus, trx, ["t:x"]));
+      await markerSeen(bus);
+      await db.transaction().execute((trx) => publishOnCommitIn(bus, trx, ["t:x"]));
+      bus.committed?.(["t:x"]);
+      await markerSeen(bus);
+      expect(woken).toEqual(["t:x", "t:x", "t:x", "t:x"]);
+      // The other process was woken by the database, once per commit.
+      await markerSeen(b.bus);
+      expect(elsewhere).toBe(4);
+      off();
+      offB();
+    } finally {
+      await b.close();
+      await a.cleanup();
     }
   });
 });
@@ -95,14 +127,7 @@ describe("Postgres bus channels", () => {
       await a.storage.bus.publish("execution:pending");
       await seenByA;
       // Postgres hands queued notifications to each listener in commit order: B's own marker comes after A's publish.
-      const marker = new Promise<void>((resolve) => {
-        const offMarker = b.storage.bus.subscribe("marker", () => {
-          offMarker();
-          resolve();
-        });
-      });
-      await b.storage.bus.publish("marker");
-      await marker;
+      await markerSeen(b.storage.bus);
       expect(seenByB).toEqual([]);
       const woke = new Promise<void>((resolve) => {
         bWoke = resolve;

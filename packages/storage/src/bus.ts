@@ -9,7 +9,7 @@
  * (inside the writing transaction where it can: delivered at commit), so
  * several `openma serve` processes sharing one database see each other.
  */
-import { createHash } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { EventEmitter } from "node:events";
 import { type RawBuilder, sql } from "kysely";
 import pg from "pg";
@@ -26,6 +26,14 @@ export interface ChangeBus {
    * by the commit itself. Absent: publish after the commit.
    */
   readonly publishOnCommit?: (topic: string) => RawBuilder<unknown>;
+  /**
+   * Told by a writer right after its transaction that used `publishOnCommit`
+   * for `topics` committed: wakes this process's subscribers at once, instead
+   * of after the database's delivery comes back round, which is then not
+   * repeated. Optional for a writer: without it the database's delivery wakes
+   * them as before.
+   */
+  readonly committed?: (topics: readonly string[]) => void;
   /** `cb` runs on every publish to `topic`, and after a reconnect (missed wake-ups). */
   subscribe(topic: string, cb: () => void): Unsubscribe;
   /**
@@ -109,8 +117,44 @@ function channelsFor(schema: string | undefined): { changes: string; data: strin
   return { changes: `openma_changes${suffix}`, data: `openma_data${suffix}` };
 }
 
+/**
+ * Pairs this process's local wake-ups after its own commits (`committed`) with
+ * the database's delivery of the same notifications, so that each commit wakes
+ * local subscribers once, by whichever comes first. Per topic: local wake-ups
+ * whose delivery is still to come, and deliveries whose `committed` is still to
+ * come. A count left over (a writer that never said `committed`) only makes a
+ * later commit wait for its own delivery, never loses a wake-up: every commit
+ * has either its local wake-up or its delivery.
+ */
+class OwnCommits {
+  private readonly ahead = new Map<string, { local: number; delivered: number }>();
+  /** A commit of ours; true when its subscribers are to be woken now. */
+  committed(topic: string): boolean {
+    return this.take(topic, "delivered", "local");
+  }
+  /** The database delivered one of our notifications; true when its subscribers are to be woken now. */
+  delivered(topic: string): boolean {
+    return this.take(topic, "local", "delivered");
+  }
+  clear(): void {
+    this.ahead.clear();
+  }
+  private take(topic: string, other: "local" | "delivered", mine: "local" | "delivered"): boolean {
+    const counts = this.ahead.get(topic) ?? { local: 0, delivered: 0 };
+    const wake = counts[other] === 0;
+    if (wake) counts[mine] += 1;
+    else counts[other] -= 1;
+    if (counts.local === 0 && counts.delivered === 0) this.ahead.delete(topic);
+    else this.ahead.set(topic, counts);
+    return wake;
+  }
+}
+
 export class PostgresBus implements ChangeBus {
   private readonly topics = new TopicEmitter();
+  /** Tags this bus's transactional notifications (`<topic>\n<origin>`), so that it knows its own when they come back. */
+  private readonly origin = randomBytes(6).toString("hex");
+  private readonly own = new OwnCommits();
   private readonly data = new DataEmitter();
   private listener: pg.Client | null = null;
   private closed = false;
@@ -136,7 +180,7 @@ export class PostgresBus implements ChangeBus {
     this.connecting ??= (async () => {
       const client = new pg.Client(this.clientConfig);
       client.on("notification", (msg) => {
-        if (msg.channel === this.channels.changes && msg.payload) this.topics.emit(msg.payload);
+        if (msg.channel === this.channels.changes && msg.payload) this.onChange(msg.payload);
         if (msg.channel === this.channels.data && msg.payload) {
           const cut = msg.payload.indexOf("\n");
           if (cut > 0) this.data.emit(msg.payload.slice(0, cut), msg.payload.slice(cut + 1));
@@ -156,9 +200,18 @@ export class PostgresBus implements ChangeBus {
     return this.connecting;
   }
 
+  private onChange(payload: string): void {
+    // `<topic>` from publish, `<topic>\n<origin>` from a transaction: ours only when no local wake-up came first.
+    const cut = payload.indexOf("\n");
+    const topic = cut < 0 ? payload : payload.slice(0, cut);
+    if (cut < 0 || payload.slice(cut + 1) !== this.origin || this.own.delivered(topic)) this.topics.emit(topic);
+  }
+
   private reconnectSoon(): void {
     if (this.closed || this.connecting) return;
     this.listener = null;
+    // Deliveries missed while disconnected never pair with their local wake-ups: start the pairing afresh.
+    this.own.clear();
     // Readers may have missed notifications while disconnected: wake them all.
     setTimeout(() => {
       if (this.closed) return;
@@ -177,7 +230,12 @@ export class PostgresBus implements ChangeBus {
   }
 
   /** NOTIFY inside a transaction is queued and delivered by Postgres at commit, dropped on rollback. */
-  readonly publishOnCommit = (topic: string): RawBuilder<unknown> => sql`pg_notify(${this.channels.changes}, ${topic})`;
+  readonly publishOnCommit = (topic: string): RawBuilder<unknown> =>
+    sql`pg_notify(${this.channels.changes}, ${`${topic}\n${this.origin}`})`;
+
+  readonly committed = (topics: readonly string[]): void => {
+    for (const topic of new Set(topics)) if (this.own.committed(topic)) this.topics.emit(topic);
+  };
 
   subscribe(topic: string, cb: () => void): Unsubscribe {
     return this.topics.on(topic, cb);

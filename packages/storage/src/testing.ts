@@ -10,6 +10,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { S3StandIn } from "@openma/s3-standin";
 import pg from "pg";
+import type { ChangeBus } from "./bus.ts";
+import { newId } from "./ids.ts";
 import type { S3BlobStore } from "./s3-blobs.ts";
 import { type Dialect, openStorage, type Storage } from "./storage.ts";
 
@@ -92,4 +94,45 @@ export async function openStandInBlobStore(opts: { prefix?: string } = {}): Prom
       await standIn.close();
     },
   };
+}
+
+/** A bare session row for tests of the layers under the API (event log, queues, loop): idle unless told, no events. */
+export async function insertTestSession(
+  storage: Storage,
+  opts: { status?: string; environmentId?: string; archived?: boolean; body?: Record<string, unknown> } = {},
+): Promise<string> {
+  const id = newId("sesn");
+  const now = new Date().toISOString();
+  const status = opts.status ?? "idle";
+  await storage.db
+    .insertInto("sessions")
+    .values({
+      id,
+      agent_id: "agent_x",
+      agent_version: 1,
+      environment_id: opts.environmentId ?? "env_x",
+      status,
+      body: JSON.stringify(opts.body ?? { type: "session", id, status, outcome_evaluations: [], usage: {} }),
+      last_seq: 0,
+      created_at: now,
+      updated_at: now,
+      archived_at: opts.archived ? now : null,
+    })
+    .execute();
+  return id;
+}
+
+/**
+ * Publishes a marker and waits until `bus` sees it. Wake-ups reach a listener in the order they were
+ * published (Postgres: commit order), so once it is seen, nothing published earlier is still on its way.
+ */
+export async function markerSeen(bus: ChangeBus): Promise<void> {
+  const seen = new Promise<void>((resolve) => {
+    const off = bus.subscribe("marker", () => {
+      off();
+      resolve();
+    });
+  });
+  await bus.publish("marker");
+  await seen;
 }

@@ -184,10 +184,12 @@ async function sendEvents(c: Context<AppEnv>, sessionId: string) {
     // claims the turn without waiting for publishes after it (one statement for both topics).
     const topics = [...(work?.created ? [workTopic(session.environment_id)] : []), ...(turn ? [EXECUTION_TOPIC] : [])];
     const published = await publishOnCommitIn(deps.storage.bus, trx, topics);
-    return { ...appended, work, turn, published };
+    return { ...appended, work, turn, published, topics };
   });
   deps.metrics?.eventAppendDuration.observe({}, (performance.now() - appendStarted) / 1000);
-  if (result.appended.length > 0) await notifyAppended(deps, sessionId);
+  await notifyAppended(deps, sessionId, result.appended.length > 0);
+  // This process's execution worker claims now, not when the commit's notification comes back round.
+  if (result.published) deps.storage.bus.committed?.(result.topics);
   if (!result.published && result.work?.created) await notifyWorkers(c, session.environment_id);
   if (!result.published && result.turn) await notifyExecution(c);
   return { data: result.events };
