@@ -19,7 +19,6 @@
  * `checkpoint_request` the host answers after its fenced commit). With no
  * input for `maxIdleMs` it closes the ACP session and reports `completed`.
  */
-import { createConnection, createServer } from "node:net";
 import { dirname } from "node:path";
 import { createInterface } from "node:readline";
 import Anthropic from "@anthropic-ai/sdk";
@@ -35,6 +34,7 @@ import {
   releaseDir,
   setupForRelease,
 } from "@openma/acp";
+import { forwardLoopbackTo } from "@openma/model-gateway/loopback";
 import { type CheckpointOutcome, type ChildMessage, type HostMessage, hostMessage, PROTOCOL } from "@openma/supervisor/protocol";
 import { ACP_PLACEHOLDER_KEY, ACP_SANDBOX_PATHS, type AcpHarnessLaunch, acpHarnessLaunch } from "./launch.ts";
 
@@ -45,28 +45,6 @@ const log = (text: string) => process.stderr.write(`acp-harness: ${text}\n`);
 const send = (message: ChildMessage) => process.stdout.write(`${JSON.stringify(message)}\n`);
 // A broken stdout means the host is gone: nobody is left to report to.
 process.stdout.on("error", () => process.exit(1));
-
-/** A loopback TCP port forwarding every connection to a unix socket (HTTP clients speak TCP; the sandbox has no network). */
-function loopbackTo(socketPath: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer((client) => {
-      const upstream = createConnection(socketPath);
-      const close = () => {
-        client.destroy();
-        upstream.destroy();
-      };
-      client.on("error", close).on("close", close);
-      upstream.on("error", close).on("close", close);
-      client.pipe(upstream).pipe(client);
-    });
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      server.unref();
-      const address = server.address();
-      resolve(typeof address === "object" && address ? address.port : 0);
-    });
-  });
-}
 
 class Harness {
   #launch: AcpHarnessLaunch | null = null;
@@ -168,7 +146,10 @@ class Harness {
   }
 
   async #run(launch: AcpHarnessLaunch): Promise<void> {
-    const [apiPort, modelPort] = await Promise.all([loopbackTo(launch.apiSocket), loopbackTo(launch.modelSocket)]);
+    const loopbacks = await Promise.all([forwardLoopbackTo(launch.apiSocket), forwardLoopbackTo(launch.modelSocket)]);
+    // HTTP clients speak TCP and the sandbox has no network: loopback ports onto the bridged sockets, never keeping the process up.
+    for (const { server } of loopbacks) server.unref();
+    const [apiPort, modelPort] = loopbacks.map((l) => l.port);
     // No standing credential: every call authenticates with the Work item's sessions token.
     const client = new Anthropic({ baseURL: `http://127.0.0.1:${apiPort}`, apiKey: null, authToken: launch.sessionsToken, maxRetries: 4 });
     const sessionId = launch.sessionId;
