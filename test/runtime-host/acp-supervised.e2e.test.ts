@@ -18,8 +18,17 @@
  * on turn 3's model request. A fresh runtime host reclaims the Work, a
  * fresh sandbox restores the workspace from the last published candidate,
  * and Codex continues its native session with `session/resume`: the retried
- * request carries turns 1 and 2, no recovery prompt, no warning. Idle past
- * its bound, the harness closes the ACP session and completes; the host
+ * request carries turns 1 and 2, no recovery prompt, no warning.
+ *
+ * Then a crash between turn 4's published `session.status_idle` and its
+ * fenced commit: the host process holds that commit once the workspace
+ * candidate is uploaded (acp-runtime-host.child.ts wraps the workspace port)
+ * and is killed with SIGKILL there; the active publication stays turn 3's.
+ * A third host restores it; its native marker is behind the canonical idle,
+ * so the placement is stale and takes the semantic recovery path: one
+ * `acp_semantic_recovery` warning, turn 5's first model request is the
+ * recovery prompt carrying the earlier turns, the turn completes. Idle past
+ * its bound, that harness closes the ACP session and completes; the host
  * drains, publishes and stops the Work item. While
  * turn 3 runs, no sandboxed process holds a sessions token, the model key
  * or the environment key in its argv or environment.
@@ -142,7 +151,7 @@ describe("Codex in the openma_supervised lane of a runtime host", () => {
     await model?.close();
   });
 
-  it("two turns in one ACP child, an interrupt; kill -9 of the runtime host mid-turn 3; a fresh host resumes Codex's native session", async () => {
+  it("two turns in one ACP child, an interrupt; kill -9 of the runtime host mid-turn 3; a fresh host resumes Codex's native session; kill -9 between turn 4's idle and its commit: one semantic recovery", async () => {
     const { client } = t;
     const env = await createSelfHostedEnvironment(client, "acp-supervised");
     const agent = await client.beta.agents.create({
