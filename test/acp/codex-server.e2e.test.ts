@@ -11,7 +11,8 @@
  * 2's model request carries turn 1 (one ACP session across turns), the
  * session's pinned release, that changing the agent's selection leaves
  * the live session on its release, that a `user.interrupt` cancels a turn
- * (`session/cancel`), and that archiving ends the placement. Then the
+ * (`session/cancel`), that a message sent while a turn runs gets a turn of
+ * its own afterwards, and that archiving ends the placement. Then the
  * scenario every real agent runs through the server (server-scenario.ts):
  * two turns, `openma serve` killed with SIGKILL mid-turn 3, a restarted
  * server continues Codex's native session (`session/resume`), so does one
@@ -28,7 +29,7 @@ import { ManualScheduler, type ScriptedModel, startScriptedModel } from "@openma
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../support/server.ts";
 import { allEvents, endTurnIdle, sendAndWait } from "../support/worker-e2e.ts";
-import { REAL_KEY, requestWith, runServerScenario, SCRIPT, said, userMessage } from "./server-scenario.ts";
+import { HELD_MS, REAL_KEY, requestWith, runServerScenario, SCRIPT, said, userMessage } from "./server-scenario.ts";
 
 const CODEX = KNOWN_AGENT_RELEASES.find((r) => r.id === "codex-acp");
 
@@ -101,6 +102,24 @@ describe("Codex as a session harness through openma serve and the official SDK",
     await model.idle();
     expect(model.requests[held]?.outcome).toBe("aborted");
     expect(said(await allEvents(client, session.id))).not.toContain("too late");
+
+    // A message sent while a turn runs (its model request held) gets a turn of its own afterwards (pendingTurn).
+    const busy = await client.beta.sessions.events.stream(session.id);
+    await client.beta.sessions.events.send(session.id, { events: userMessage("third task") as never });
+    await clock.untilSleeping();
+    const third = requestWith(model, "third task");
+    await client.beta.sessions.events.send(session.id, { events: userMessage("fourth task") as never });
+    clock.advance(HELD_MS);
+    for await (const e of busy) if (e.type === "session.status_idle") break;
+    busy.controller.abort();
+    const answered = async () => {
+      const events = await allEvents(client, session.id);
+      return said(events).includes("answer four") && endTurnIdle(events.at(-1) as (typeof events)[number]);
+    };
+    await expect.poll(answered, { timeout: 60_000, interval: 250 }).toBe(true);
+    expect(said(await allEvents(client, session.id))).toContain("answer three");
+    // Its own model request, after turn 3's: not folded into the running turn.
+    expect(requestWith(model, "fourth task")).toBeGreaterThan(third);
 
     // Archiving the session ends its placement: the ACP session closes and its model gateway stops listening.
     const socket = join(srv.store.dataDir, "acp-gateway", `${session.id}.sock`);

@@ -18,8 +18,17 @@
  * on turn 3's model request. A fresh runtime host reclaims the Work, a
  * fresh sandbox restores the workspace from the last published candidate,
  * and Codex continues its native session with `session/resume`: the retried
- * request carries turns 1 and 2, no recovery prompt, no warning. Idle past
- * its bound, the harness closes the ACP session and completes; the host
+ * request carries turns 1 and 2, no recovery prompt, no warning.
+ *
+ * Then a crash between turn 4's published `session.status_idle` and its
+ * fenced commit: the host process holds that commit once the workspace
+ * candidate is uploaded (acp-runtime-host.child.ts wraps the workspace port)
+ * and is killed with SIGKILL there; the active publication stays turn 3's.
+ * A third host restores it; its native marker is behind the canonical idle,
+ * so the placement is stale and takes the semantic recovery path: one
+ * `acp_semantic_recovery` warning, turn 5's first model request is the
+ * recovery prompt carrying the earlier turns, the turn completes. Idle past
+ * its bound, that harness closes the ACP session and completes; the host
  * drains, publishes and stops the Work item. While
  * turn 3 runs, no sandboxed process holds a sessions token, the model key
  * or the environment key in its argv or environment.
@@ -29,7 +38,9 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { ensureAgentRelease, KNOWN_AGENT_RELEASES } from "@openma/acp";
 import { assertBwrapInstalled } from "@openma/driver-bubblewrap/test-support";
+import { sqlRuntimePorts } from "@openma/host";
 import { ManualScheduler, type ScriptedModel, startScriptedModel } from "@openma/scripted-model";
+import { systemClock } from "@openma/storage";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../support/server.ts";
 import { allEvents, createSelfHostedEnvironment, endTurnIdle, type LoggedEvent, sendAndWait } from "../support/worker-e2e.ts";
@@ -39,12 +50,16 @@ const REAL_KEY = "sk-real-model-key-acp-supervised";
 const HELD_MS = 1000;
 const CODEX = KNOWN_AGENT_RELEASES.find((r) => r.id === "codex-acp");
 const SCRIPT = [
+  // First: the recovery prompt quotes every earlier request, so its turn must win over theirs.
+  { label: "recovered", match: { last_user_text_contains: "openma-recovery" }, response: "answer five" },
   { label: "one", match: { last_user_text_contains: "first task" }, response: "answer one" },
   { label: "two", match: { last_user_text_contains: "second task" }, response: "answer two" },
   // Held on the model's manual clock until the user interrupts.
   { label: "long", match: { last_user_text_contains: "long task" }, delay: { first_byte_ms: HELD_MS }, response: "too late" },
   // Held on the model's manual clock: the runtime host is killed while Codex waits for it.
   { label: "three", match: { last_user_text_contains: "third task" }, delay: { first_byte_ms: HELD_MS }, response: "answer three" },
+  // Held on the model's manual clock until the test has armed the hold of turn 4's commit.
+  { label: "four", match: { last_user_text_contains: "fourth task" }, delay: { first_byte_ms: HELD_MS }, response: "answer four" },
 ];
 
 const said = (events: LoggedEvent[]) =>
@@ -60,6 +75,10 @@ interface HostProcess {
   /** The runs it finished, by result type, in order. */
   results: string[];
   exited: Promise<void>;
+  /** Holds the turn's fenced commit (see the child); resolves once the hold is armed. */
+  hold(turnId: string): Promise<void>;
+  /** Resolves when a held commit's workspace candidate was created and the commit stopped there. */
+  held: Promise<{ turnId: string; candidate: string }>;
 }
 
 /** Starts test/runtime-host/acp-runtime-host.child.ts; its configuration (the environment key among it) goes over stdin. */
@@ -73,18 +92,36 @@ async function startHostProcess(config: Record<string, unknown>): Promise<HostPr
     if (process.env.DEBUG_ACP) process.stderr.write(chunk);
   });
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-  child.stdin?.end(`${JSON.stringify(config)}\n`);
+  // stdin stays open: later lines arm commit holds.
+  child.stdin?.write(`${JSON.stringify(config)}\n`);
   const lines = createInterface({ input: child.stdout as NodeJS.ReadableStream });
   const results: string[] = [];
+  let armed: (() => void) | null = null;
+  let onHeld: (held: { turnId: string; candidate: string }) => void = () => {};
+  const held = new Promise<{ turnId: string; candidate: string }>((resolve) => {
+    onHeld = resolve;
+  });
   await new Promise<void>((resolve, reject) => {
     lines.on("line", (line) => {
-      const message = JSON.parse(line) as { ready?: boolean; result?: { type: string } };
+      const message = JSON.parse(line) as {
+        ready?: boolean;
+        result?: { type: string };
+        armed?: string;
+        held?: { turnId: string; candidate: string };
+      };
       if (message.result) results.push(message.result.type);
+      if (message.armed) armed?.();
+      if (message.held) onHeld(message.held);
       if (message.ready) resolve();
     });
     void exited.then(() => reject(new Error(`the runtime host exited before it was ready:\n${log}`)));
   });
-  return { child, log: () => log, results, exited };
+  const hold = (turnId: string) =>
+    new Promise<void>((resolve) => {
+      armed = resolve;
+      child.stdin?.write(`${JSON.stringify({ hold: turnId })}\n`);
+    });
+  return { child, log: () => log, results, exited, hold, held };
 }
 
 describe("Codex in the openma_supervised lane of a runtime host", () => {
@@ -114,7 +151,7 @@ describe("Codex in the openma_supervised lane of a runtime host", () => {
     await model?.close();
   });
 
-  it("two turns in one ACP child, an interrupt; kill -9 of the runtime host mid-turn 3; a fresh host resumes Codex's native session", async () => {
+  it("two turns in one ACP child, an interrupt; kill -9 of the runtime host mid-turn 3; a fresh host resumes Codex's native session; kill -9 between turn 4's idle and its commit: one semantic recovery", async () => {
     const { client } = t;
     const env = await createSelfHostedEnvironment(client, "acp-supervised");
     const agent = await client.beta.agents.create({
@@ -187,8 +224,7 @@ describe("Codex in the openma_supervised lane of a runtime host", () => {
     await model.idle();
     expect(model.requests[hung]?.outcome).toBe("aborted");
 
-    // This one lets its harness end soon after the session is idle: the run completes and publishes.
-    host = await startHostProcess({ ...config, maxIdleMs: 2000 });
+    host = await startHostProcess(config);
     const restarted = host;
     const finished = async () => {
       const events = await allEvents(client, session.id);
@@ -209,11 +245,63 @@ describe("Codex in the openma_supervised lane of a runtime host", () => {
     expect(carried).toContain("answer two");
     expect(carried).not.toContain("openma-recovery");
     expect(restarted.log()).toContain("opened (resume)");
+    expect((await allEvents(client, session.id)).filter((e) => e.type === "session.warning" || e.type === "session.error")).toEqual([]);
+
+    // Turn 4 runs in the same placement; its fenced commit is held after the turn's idle is published (the
+    // candidate is uploaded, not published), and the runtime host is killed with SIGKILL there.
+    const scope = { environmentId: env.id, sessionId: session.id };
+    const { fences } = sqlRuntimePorts(t.store.storage.db, systemClock);
+    const active = () => fences.active({ scope, signal: AbortSignal.timeout(10_000) });
+    await client.beta.sessions.events.send(session.id, { events: userMessage("fourth task") as never });
+    await clock.untilSleeping();
+    const fourth = (await allEvents(client, session.id)).filter((e) => e.type === "user.message").at(-1) as LoggedEvent;
+    expect(JSON.stringify(fourth.content)).toContain("fourth task");
+    await restarted.hold(fourth.id);
+    clock.advance(HELD_MS);
+    const holding = await restarted.held;
+    expect(holding.turnId).toBe(fourth.id);
+    const beforeKill = await allEvents(client, session.id);
+    expect(said(beforeKill)).toContain("answer four");
+    expect(endTurnIdle(beforeKill.at(-1) as LoggedEvent)).toBe(true);
+    const published = await active();
+    expect(published?.workspace?.id).toBeDefined();
+    expect(published?.workspace?.id).not.toBe(holding.candidate);
+    restarted.child.kill("SIGKILL");
+    await restarted.exited;
+    host = null;
+    // Nothing published is lost, and the uploaded candidate never became active.
+    expect(await active()).toEqual(published);
+
+    // A third host restores that candidate, whose native marker (turn 3) is behind the canonical idle (turn 4): stale, so
+    // the placement opens a new ACP session and turn 5's first model request is the recovery prompt, with one warning.
+    // This one lets its harness end soon after the session is idle: the run completes and publishes.
+    const beforeFifth = model.requests.length;
+    await client.beta.sessions.events.send(session.id, { events: userMessage("fifth task") as never });
+    host = await startHostProcess({ ...config, maxIdleMs: 2000 });
+    const recovered = host;
+    const fifthDone = async () => said(await allEvents(client, session.id)).includes("answer five");
+    try {
+      await expect.poll(fifthDone, { timeout: 120_000, interval: 500 }).toBe(true);
+    } catch (error) {
+      throw new Error(`turn 5 did not finish; the third runtime host said:\n${recovered.log()}`, { cause: error });
+    }
+    expect(recovered.log()).toContain("opened (new, recovery: native-state-stale)");
+    const recovery = JSON.stringify(model.requests[beforeFifth]?.view?.messages ?? []);
+    expect(recovery).toContain("openma-recovery");
+    expect(recovery).toContain("first task");
+    expect(recovery).toContain("answer four");
+    expect(recovery).toContain("fifth task");
     const log = await allEvents(client, session.id);
-    expect(log.filter((e) => e.type === "session.warning" || e.type === "session.error")).toEqual([]);
+    expect(endTurnIdle(log.at(-1) as LoggedEvent)).toBe(true);
+    expect(log.filter((e) => e.type === "session.warning")).toEqual([
+      expect.objectContaining({ source: "acp_semantic_recovery", details: { reason: "native-state-stale" } }),
+    ]);
+    expect(log.filter((e) => e.type === "session.error")).toEqual([]);
+    expect(said(log)).toContain("answer four");
 
     // Idle past maxIdleMs: the harness closes its ACP session and completes; the host drains, publishes, stops the item.
-    await expect.poll(() => restarted.results, { timeout: 60_000, interval: 200 }).toEqual(["completed"]);
+    await expect.poll(() => recovered.results, { timeout: 60_000, interval: 200 }).toEqual(["completed"]);
+    expect((await active())?.revision).toBeGreaterThan(published?.revision ?? Number.POSITIVE_INFINITY);
     const live = await t.store.storage.db
       .selectFrom("work_items")
       .select("state")

@@ -23,6 +23,7 @@ import {
   AcpSessionRunner,
   agentLaunch,
   type CanonicalEvent,
+  pendingTurn,
   releaseDir,
   sandboxSpawn,
   setupForRelease,
@@ -71,23 +72,6 @@ interface Placement {
 interface LoggedEvent extends CanonicalEvent {
   seq: number;
 }
-
-/** The turn still to run: the user messages after the last idle (a crashed turn's input included). */
-function pendingInput(events: readonly LoggedEvent[]): { before: LoggedEvent[]; inputs: LoggedEvent[] } {
-  let lastIdle = -1;
-  events.forEach((e, i) => {
-    if (e.type === "session.status_idle") lastIdle = i;
-  });
-  const inputs = events.slice(lastIdle + 1).filter((e) => e.type === "user.message");
-  const first = inputs[0];
-  return { before: first ? events.filter((e) => e.seq < first.seq) : [...events], inputs };
-}
-
-const textOf = (e: CanonicalEvent): string =>
-  ((e.content as { type: string; text?: string }[] | undefined) ?? [])
-    .filter((b) => b.type === "text")
-    .map((b) => b.text ?? "")
-    .join("\n");
 
 export interface AcpSessions {
   /** The default runner for sessions without a pinned ACP release, the ACP agent for the others. */
@@ -238,12 +222,11 @@ export function openAcpSessions(options: AcpSessionsOptions): AcpSessions {
 
   const runTurn = async (sessionId: string, signal: AbortSignal): Promise<TurnOutcome> => {
     const log = await readLog(sessionId);
-    const { before, inputs } = pendingInput(log);
-    const last = inputs.at(-1);
-    if (!last) return { type: "idle", stopReason: "end_turn" };
+    const turn = pendingTurn(log);
+    if (!turn) return { type: "idle", stopReason: "end_turn" };
     let entry = placements.get(sessionId);
     if (!entry) {
-      entry = place(sessionId, before);
+      entry = place(sessionId, turn.history);
       placements.set(sessionId, entry);
     }
     const onAbort = () => {
@@ -256,7 +239,7 @@ export function openAcpSessions(options: AcpSessionsOptions): AcpSessions {
     );
     try {
       const p = await entry;
-      const result = await p.runner.runTurn(last.id, inputs.map(textOf).join("\n\n"));
+      const result = await p.runner.runTurn(turn.turnId, turn.prompt);
       return { type: "idle", stopReason: result.stopReason === "refusal" ? "refusal" : "end_turn" };
     } catch (error) {
       // The child or its sandbox is gone: the next attempt places it afresh (resume, or recovery).
@@ -286,7 +269,7 @@ export function openAcpSessions(options: AcpSessionsOptions): AcpSessions {
         runTurn: async (sessionId, signal) =>
           (await pinned(sessionId)) ? runTurn(sessionId, signal) : fallback.runTurn(sessionId, signal),
         needsTurn: async (sessionId) =>
-          (await pinned(sessionId)) ? pendingInput(await readLog(sessionId)).inputs.length > 0 : fallback.needsTurn(sessionId),
+          (await pinned(sessionId)) ? pendingTurn(await readLog(sessionId)) !== null : fallback.needsTurn(sessionId),
         giveUp: (sessionId, input) => fallback.giveUp(sessionId, input),
       };
     },

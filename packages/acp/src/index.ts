@@ -89,6 +89,7 @@ export {
   type AcpStartOutcome,
   type AcpTurnResult,
 } from "./session-runner.ts";
+export { inputText, type PendingTurn, pendingTurn } from "./turns.ts";
 export {
   type AcpRecoveryReason,
   type AcpResumePlan,

@@ -1,6 +1,7 @@
 /**
  * The in-sandbox ACP harness as one self-contained file (acp-harness/main.ts
- * with @openma/acp, the ACP SDK, the Anthropic SDK and zod built in, by
+ * with @openma/acp, the ACP SDK, the Anthropic SDK, zod and the model
+ * gateway's loopback forwarder built in, by
  * esbuild), so it runs on the sandbox image's Node with no node_modules.
  * Built once per runtime host into a host directory bound read-only at
  * /openma/acp-harness. The ACP agents themselves come from the agent cache,

@@ -10,8 +10,8 @@
  *   stderr  a log
  *
  * It runs the Session command loop over the API (the bridge socket, the
- * Work item's sessions token): reads the log, runs every turn whose input
- * follows the last `session.status_idle` in ONE ACP child kept across turns
+ * Work item's sessions token): reads the log, runs a turn for every input
+ * no finished turn took (`pendingTurn`, @openma/acp) in ONE ACP child kept across turns
  * (AcpSessionRunner over node ports: the child is a process of this
  * sandbox), posts the projected events to the harness event sink, sends
  * `session/cancel` on a `user.interrupt`, and has the host commit each
@@ -19,7 +19,6 @@
  * `checkpoint_request` the host answers after its fenced commit). With no
  * input for `maxIdleMs` it closes the ACP session and reports `completed`.
  */
-import { createConnection, createServer } from "node:net";
 import { dirname } from "node:path";
 import { createInterface } from "node:readline";
 import Anthropic from "@anthropic-ai/sdk";
@@ -31,12 +30,13 @@ import {
   KNOWN_AGENT_RELEASES,
   nodeSpawn,
   nodeStatePort,
+  pendingTurn,
   releaseDir,
   setupForRelease,
 } from "@openma/acp";
+import { forwardLoopbackTo } from "@openma/model-gateway/loopback";
 import { type CheckpointOutcome, type ChildMessage, type HostMessage, hostMessage, PROTOCOL } from "@openma/supervisor/protocol";
 import { ACP_PLACEHOLDER_KEY, ACP_SANDBOX_PATHS, type AcpHarnessLaunch, acpHarnessLaunch } from "./launch.ts";
-import { pendingTurn, type SessionLogEvent, textOf } from "./turns.ts";
 
 const STOP_GRACE_MS = 2_000;
 const RECONNECT_MS = 500;
@@ -45,28 +45,6 @@ const log = (text: string) => process.stderr.write(`acp-harness: ${text}\n`);
 const send = (message: ChildMessage) => process.stdout.write(`${JSON.stringify(message)}\n`);
 // A broken stdout means the host is gone: nobody is left to report to.
 process.stdout.on("error", () => process.exit(1));
-
-/** A loopback TCP port forwarding every connection to a unix socket (HTTP clients speak TCP; the sandbox has no network). */
-function loopbackTo(socketPath: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer((client) => {
-      const upstream = createConnection(socketPath);
-      const close = () => {
-        client.destroy();
-        upstream.destroy();
-      };
-      client.on("error", close).on("close", close);
-      upstream.on("error", close).on("close", close);
-      client.pipe(upstream).pipe(client);
-    });
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      server.unref();
-      const address = server.address();
-      resolve(typeof address === "object" && address ? address.port : 0);
-    });
-  });
-}
 
 class Harness {
   #launch: AcpHarnessLaunch | null = null;
@@ -78,7 +56,7 @@ class Harness {
   #heartbeat: NodeJS.Timeout | undefined;
   readonly #stop = new AbortController();
   /** The session's log as this placement saw it, in order. */
-  readonly #events: SessionLogEvent[] = [];
+  readonly #events: CanonicalEvent[] = [];
   #wake: (() => void) | null = null;
   #turnInputIndex = -1;
 
@@ -168,11 +146,14 @@ class Harness {
   }
 
   async #run(launch: AcpHarnessLaunch): Promise<void> {
-    const [apiPort, modelPort] = await Promise.all([loopbackTo(launch.apiSocket), loopbackTo(launch.modelSocket)]);
+    const loopbacks = await Promise.all([forwardLoopbackTo(launch.apiSocket), forwardLoopbackTo(launch.modelSocket)]);
+    // HTTP clients speak TCP and the sandbox has no network: loopback ports onto the bridged sockets, never keeping the process up.
+    for (const { server } of loopbacks) server.unref();
+    const [apiPort, modelPort] = loopbacks.map((l) => l.port);
     // No standing credential: every call authenticates with the Work item's sessions token.
     const client = new Anthropic({ baseURL: `http://127.0.0.1:${apiPort}`, apiKey: null, authToken: launch.sessionsToken, maxRetries: 4 });
     const sessionId = launch.sessionId;
-    for await (const e of client.beta.sessions.events.list(sessionId, { limit: 1000 })) this.#events.push(e as unknown as SessionLogEvent);
+    for await (const e of client.beta.sessions.events.list(sessionId, { limit: 1000 })) this.#events.push(e as unknown as CanonicalEvent);
     const follow = this.#follow(client, sessionId);
 
     const release = KNOWN_AGENT_RELEASES.find((r) => r.id === launch.agent.id && r.version === launch.agent.version);
@@ -184,8 +165,7 @@ class Harness {
       // The sandbox's own Node (the image's) serves releases that need a newer one than `node` on PATH.
       nodeDir: dirname(process.execPath),
     });
-    const first = pendingTurn(this.#events, -1);
-    const history = first ? this.#events.slice(0, first.fromIndex) : [...this.#events];
+    const history = pendingTurn(this.#events)?.history ?? [...this.#events];
     const runner = new AcpSessionRunner({
       sessionId,
       agent: {
@@ -196,7 +176,7 @@ class Harness {
       },
       spawn: nodeSpawn,
       state: nodeStatePort(),
-      history: history as CanonicalEvent[],
+      history,
       publish: (events) => this.#publish(client, sessionId, events),
       commitWorkspace: (turnId) => this.#checkpoint(turnId),
       ...(setup.configure ? { configure: setup.configure } : {}),
@@ -212,7 +192,7 @@ class Harness {
       if (turn) {
         served = turn.lastIndex;
         this.#turnInputIndex = turn.lastIndex;
-        const result = await runner.runTurn(turn.turnId, turn.inputs.map(textOf).join("\n\n"));
+        const result = await runner.runTurn(turn.turnId, turn.prompt);
         this.#turnInputIndex = -1;
         log(`turn ${turn.turnId}: ${result.stopReason}`);
         continue;
@@ -263,7 +243,7 @@ class Harness {
         );
         for await (const event of stream) {
           if (!("id" in event)) continue;
-          const e = event as unknown as SessionLogEvent;
+          const e = event as unknown as CanonicalEvent;
           if (this.#events.some((known) => known.id === e.id)) continue;
           this.#events.push(e);
           if (e.type === "user.interrupt" && this.#turnInputIndex >= 0) {
