@@ -1,52 +1,22 @@
 /**
- * OpenTelemetry traces of a real `openma serve` (SQLite, brain on, bubblewrap
+ * OpenTelemetry traces of a real `openma serve` (SQLite and PostgreSQL, brain on, bubblewrap
  * sandboxes) sent by the official SDK's OTLP/HTTP exporter to an in-process
- * receiver: one connected trace for the turn, its model requests and sandbox
- * calls as child spans of `openma.turn`. The server's close flushes the
- * exporter, so nothing here waits on time.
+ * receiver: one connected trace for the turn, from the API request that
+ * queued it (`openma.api.send_events`, the root) to `openma.turn` (its child,
+ * through the trace context stored with the queued turn), with the turn's
+ * model requests and sandbox calls as child spans of `openma.turn`. The
+ * server's close flushes the exporter, so nothing here waits on time.
  */
-import { createServer, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type LocalSandboxServer, startLocalSandboxServer, toolTurnScript } from "../harness/local-sandbox-support.ts";
+import { otlpAttr as attr, type OtlpReceiver, type OtlpSpan, startOtlpReceiver } from "../support/otlp-receiver.ts";
 
-interface OtlpSpan {
-  traceId: string;
-  spanId: string;
-  parentSpanId?: string;
-  name: string;
-  attributes?: Array<{ key: string; value: { stringValue?: string } }>;
-}
-
-/** An OTLP/HTTP JSON traces receiver: what a collector would get. */
-async function startReceiver(): Promise<{ url: string; spans: OtlpSpan[]; close(): Promise<void> }> {
-  const spans: OtlpSpan[] = [];
-  const server: Server = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on("data", (c: Buffer) => chunks.push(c));
-    req.on("end", () => {
-      if (req.url === "/v1/traces" && req.headers["content-type"]?.startsWith("application/json")) {
-        const body = JSON.parse(Buffer.concat(chunks).toString("utf8")) as {
-          resourceSpans: Array<{ scopeSpans: Array<{ spans: OtlpSpan[] }> }>;
-        };
-        for (const rs of body.resourceSpans) for (const ss of rs.scopeSpans) spans.push(...ss.spans);
-        res.writeHead(200, { "content-type": "application/json" }).end("{}");
-      } else res.writeHead(415).end();
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as AddressInfo;
-  return { url: `http://127.0.0.1:${port}`, spans, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
-}
-
-const attr = (span: OtlpSpan, key: string) => span.attributes?.find((a) => a.key === key)?.value.stringValue;
-
-describe("OpenTelemetry traces of a turn (bubblewrap, scripted model)", () => {
-  let receiver: Awaited<ReturnType<typeof startReceiver>>;
+describe.each(["sqlite", "postgres"] as const)("OpenTelemetry traces of a turn on %s (bubblewrap, scripted model)", (dialect) => {
+  let receiver: OtlpReceiver;
   let s: LocalSandboxServer | null = null;
   beforeAll(async () => {
-    receiver = await startReceiver();
-    s = await startLocalSandboxServer("sqlite", "bubblewrap", toolTurnScript("echo traced", "notes"), {
+    receiver = await startOtlpReceiver();
+    s = await startLocalSandboxServer(dialect, "bubblewrap", toolTurnScript("echo traced", "notes"), {
       OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
     });
   });
@@ -55,7 +25,7 @@ describe("OpenTelemetry traces of a turn (bubblewrap, scripted model)", () => {
     await receiver?.close();
   });
 
-  it("exports one connected trace: the turn, its model requests and its sandbox calls", async () => {
+  it("exports one connected trace: the request that queued the turn, the turn, its model requests and its sandbox calls", async () => {
     const server = s as LocalSandboxServer;
     const sessionId = await server.createToolsetSession("traced");
     const events = await server.sendUntilIdle(sessionId, "use the sandbox");
@@ -64,10 +34,18 @@ describe("OpenTelemetry traces of a turn (bubblewrap, scripted model)", () => {
     await server.close();
     s = null;
 
-    const turns = receiver.spans.filter((x) => x.name === "openma.turn" && attr(x, "openma.session_id") === sessionId);
+    const ofSession = (name: string) => receiver.spans.filter((x) => x.name === name && attr(x, "openma.session_id") === sessionId);
+    // The SDK's one POST of the user message: the trace's root.
+    const sends = ofSession("openma.api.send_events");
+    expect(sends).toHaveLength(1);
+    const send = sends[0] as OtlpSpan;
+    expect(send.parentSpanId ?? "").toBe("");
+    const turns = ofSession("openma.turn");
     expect(turns).toHaveLength(1);
     const turn = turns[0] as OtlpSpan;
-    expect(turn.parentSpanId ?? "").toBe("");
+    // Claimed by the execution worker from the queue, yet in the request's trace, as its child.
+    expect(turn.traceId).toBe(send.traceId);
+    expect(turn.parentSpanId).toBe(send.spanId);
     const children = receiver.spans.filter((x) => x.traceId === turn.traceId && x.spanId !== turn.spanId);
     const named = (name: string) => children.filter((x) => x.name === name);
     // bash, write, read, then the answer: four model requests.

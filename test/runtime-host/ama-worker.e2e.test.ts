@@ -9,9 +9,11 @@
  * generation and a fresh sandbox that sees the first turn's files (by bash
  * and by the worker's `glob`, which needs the sandbox's Node 24). At the
  * end the output manifest lists the deliverable with its sha256 and no
- * sandbox of the session is left. Each run is one OpenTelemetry trace whose
- * spans are the host's named steps (an in-memory exporter stands for the
- * collector).
+ * sandbox of the session is left. Each run's spans are the host's named
+ * steps (an in-memory exporter stands for the collector), in the trace of
+ * the API request that queued its Work: the server exports its spans
+ * (tracing configured) to an in-process OTLP receiver, and each
+ * `openma.host.run` is the child of one `openma.api.send_events`.
  *
  * With a warm pool (ADR 0032) the same two turns each run in a sandbox the
  * pool started before the turn's generation existed: the trace says so, the
@@ -30,6 +32,7 @@ import { context, trace } from "@opentelemetry/api";
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type OtlpReceiver, otlpAttr, startOtlpReceiver } from "../support/otlp-receiver.ts";
 import { startTestServer, type TestServer } from "../support/server.ts";
 import { until } from "../support/until.ts";
 import { allEvents, createSelfHostedEnvironment, endTurnIdle, resultText, sendAndWait } from "../support/worker-e2e.ts";
@@ -117,16 +120,24 @@ describe.each(CASES)("the official worker inside a %s sandbox (ama_worker, %s)",
   let model: ScriptedModel;
   let t: TestServer;
   let rh: RunningRuntimeHost;
+  let receiver: OtlpReceiver;
   const results = new ResultQueue();
 
   beforeAll(async () => {
     model = await startScriptedModel({ apiKey: MODEL_KEY, script: SCRIPT });
-    t = await startTestServer("sqlite", { OPENMA_BRAIN: "on", OPENMA_MODEL_BASE_URL: model.url, OPENMA_MODEL_API_KEY: MODEL_KEY });
+    receiver = await startOtlpReceiver();
+    t = await startTestServer("sqlite", {
+      OPENMA_BRAIN: "on",
+      OPENMA_MODEL_BASE_URL: model.url,
+      OPENMA_MODEL_API_KEY: MODEL_KEY,
+      OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+    });
   });
   afterAll(async () => {
     await rh?.close();
     await t?.close();
     await model?.close();
+    await receiver?.close();
   });
 
   it("serves two turns in two fresh sandboxes, restoring the workspace and publishing the deliverable", async () => {
@@ -208,5 +219,21 @@ describe.each(CASES)("the official worker inside a %s sandbox (ama_worker, %s)",
     }
     if (driver === "docker") expect(await dockerLeftovers(session.id)).toEqual([]);
     else expect(await bwrapLeftovers(acquired)).toEqual([]);
+
+    // Each run continues the trace of the request whose message queued its Work: the server's close
+    // exports its spans (the requests'), the host's went to the in-memory exporter as they ended.
+    await rh.close();
+    await t.server.close();
+    // The two messages' and the worker's own posts (tool results, agent events) of the session.
+    const sends = receiver.spans
+      .filter((s) => s.name === "openma.api.send_events" && otlpAttr(s, "openma.session_id") === session.id)
+      .map((s) => `${s.traceId}/${s.spanId}`);
+    const runParents = spans
+      .getFinishedSpans()
+      .filter((s) => s.name === "openma.host.run" && s.attributes["openma.session_id"] === session.id)
+      .map((run) => `${run.spanContext().traceId}/${run.parentSpanContext?.spanId}`);
+    expect(runParents).toHaveLength(2);
+    expect(new Set(runParents).size).toBe(2);
+    for (const parent of runParents) expect(sends).toContain(parent);
   });
 });

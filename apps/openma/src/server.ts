@@ -36,7 +36,7 @@ import { openServeOwnership } from "./sandbox-owners.ts";
 import { loadSecretKeys, type SecretKeys } from "./secret-key.ts";
 import { followSessionClosures, type SessionClosures } from "./session-closures.ts";
 import { collectingRunner, type SessionOutputs, sessionOutputs, workspaceDirOf } from "./session-outputs.ts";
-import { tracedRunner, traceFields } from "./spans.ts";
+import { requestTracing, tracedRunner, traceFields } from "./spans.ts";
 import type { Tracing } from "./tracing.ts";
 import { VERSION } from "./version.ts";
 
@@ -133,6 +133,7 @@ export async function startServer(config: ServerConfig, opts: StartOptions = {})
       : {}),
     metrics: observed?.metrics,
     webhooks: { allowPrivateTargets: config.automation.allowPrivateWebhookTargets },
+    ...(tracing ? { tracing: requestTracing(tracing.tracer) } : {}),
     ...opts.deps,
   };
   await sealSecretsAtRest(storage, deps, secretKeys, logger);

@@ -13,12 +13,16 @@
  *
  * The provider is this server's, not registered globally, so two servers in
  * one process (tests) keep their traces apart; only the context manager is
- * global, and it is the same for everyone.
+ * global, and it is the same for everyone. So is the W3C trace context
+ * propagator, registered here: it writes the `traceparent` stored with a
+ * queued turn and reads it back where the turn runs (@openma/host's spans.ts),
+ * and without tracing the API's no-op propagator does neither.
  */
 
 import type { Tracer } from "@opentelemetry/api";
-import { context, trace } from "@opentelemetry/api";
+import { context, propagation, trace } from "@opentelemetry/api";
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
+import { W3CTraceContextPropagator } from "@opentelemetry/core";
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
 import { resourceFromAttributes } from "@opentelemetry/resources";
 import { BasicTracerProvider, BatchSpanProcessor } from "@opentelemetry/sdk-trace-base";
@@ -36,6 +40,7 @@ export function startTracing(endpoint: string): Tracing {
   if (contextManager === null) {
     contextManager = new AsyncLocalStorageContextManager().enable();
     context.setGlobalContextManager(contextManager);
+    propagation.setGlobalPropagator(new W3CTraceContextPropagator());
   }
   const provider = new BasicTracerProvider({
     resource: resourceFromAttributes({ "service.name": "openma", "service.version": VERSION }),

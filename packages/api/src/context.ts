@@ -67,6 +67,20 @@ export interface ApiDeps {
    * that selects one with `metadata["openma.acp_agent"]` is refused.
    */
   acpReleases?: AcpReleaseCatalog | undefined;
+  /**
+   * Traces (`openma serve` with an OTLP endpoint): a request that queues a
+   * turn runs in a span whose W3C trace context is stored with the turn and
+   * its Work item, so the turn continues the request's trace. Absent: no
+   * span, nothing stored.
+   */
+  tracing?: RequestTracing | undefined;
+}
+
+export interface RequestTracing {
+  /** Runs `fn` inside a new active span (an error status when it throws). */
+  inSpan<T>(name: string, attributes: Record<string, string>, fn: () => Promise<T>): Promise<T>;
+  /** The active span's W3C `traceparent`, or null outside one. */
+  traceparent(): string | null;
 }
 
 /** Published on the change bus after a session is archived or deleted. */

@@ -68,7 +68,7 @@ export function isDreamId(id: string): boolean {
 /** The execution worker's runner: dreams to the dream job, sessions to `sessions`. */
 export function withDreams(sessions: TurnRunner, deps: DreamJobDeps): TurnRunner {
   return {
-    runTurn: (id, signal) => (isDreamId(id) ? runDream(deps, id, signal) : sessions.runTurn(id, signal)),
+    runTurn: (id, signal, traceparent) => (isDreamId(id) ? runDream(deps, id, signal) : sessions.runTurn(id, signal, traceparent)),
     needsTurn: async (id) => (isDreamId(id) ? dreamNeedsRun(deps.storage, id) : sessions.needsTurn(id)),
     giveUp: (id, input) => (isDreamId(id) ? failDream(deps, id, "internal_error", input.error) : sessions.giveUp(id, input)),
   };

@@ -24,13 +24,16 @@ import { WORK_BEARING_TYPES } from "./schemas/events.ts";
  * This enqueue has new input in hand, so it does not wait for the reclaim
  * window the queue's own sweep of such items grants an unacked hand-out
  * (`sweepAbandonedStopping` in work-queue.ts). The caller publishes
- * `notifyWork` after commit when `created`.
+ * `notifyWork` after commit when `created`. `traceparent` (the enqueuing
+ * request's trace context, with tracing on) goes with a new item only: an
+ * item that already exists keeps the trace of the request that created it.
  */
 export async function ensureSessionWork(
   trx: Transaction<Database>,
   deps: ApiDeps,
   environmentId: string,
   sessionId: string,
+  traceparent: string | null = null,
 ): Promise<{ workId: string; created: boolean }> {
   const now = toIso(deps.clock.now());
   await trx
@@ -64,6 +67,7 @@ export async function ensureSessionWork(
       ttl_seconds: deps.workTtlSeconds,
       token_hash: null,
       served_seq: head,
+      traceparent,
     })
     .onConflict((oc) => oc.doNothing())
     .returning("id")

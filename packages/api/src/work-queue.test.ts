@@ -9,7 +9,7 @@ import { type ApiDeps, silentLogger } from "./context.ts";
 import { ApiError } from "./errors.ts";
 import { appendEvents } from "./event-log.ts";
 import { ensureSessionWork, stopSessionWork } from "./session-work.ts";
-import { ackWork, claimWork, heartbeatWork, NO_HEARTBEAT, queueStats, stopWork, waitForWork, workTopic } from "./work-queue.ts";
+import { ackWork, claimWork, heartbeatWork, NO_HEARTBEAT, queueStats, renderWork, stopWork, waitForWork, workTopic } from "./work-queue.ts";
 
 describe("waitForWork", () => {
   afterEach(() => {
@@ -127,6 +127,25 @@ describe.each(BACKENDS)("work queue on %s", (dialect) => {
       Array.from({ length: 6 }, () => claimWork(deps, environmentId, { reclaimOlderThanMs: 5000, workerId: undefined })),
     );
     expect(claims.filter((c) => c !== null)).toHaveLength(1);
+  });
+
+  it("hands out the trace context of the request that created the item, and none without one", async () => {
+    const environmentId = newId("env");
+    const enqueueIn = (sessionId: string, traceparent?: string) =>
+      store.storage.db.transaction().execute((trx) => ensureSessionWork(trx, deps, environmentId, sessionId, traceparent));
+    const claimed = async () => {
+      const claim = await claimWork(deps, environmentId, { reclaimOlderThanMs: 5000, workerId: undefined });
+      if (!claim) throw new Error("no work item to claim");
+      return renderWork(claim.row);
+    };
+    const first = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    const traced = newId("sesn");
+    await enqueueIn(traced, first);
+    // A later request finds the item live: the item stays in the first request's trace.
+    await enqueueIn(traced, "00-11111111111111111111111111111111-2222222222222222-01");
+    expect(await claimed()).toMatchObject({ data: { id: traced }, traceparent: first });
+    await enqueueIn(newId("sesn"));
+    expect(await claimed()).not.toHaveProperty("traceparent");
   });
 
   it("stops gracefully or by force, and enqueues anew once the item is stopped", async () => {

@@ -64,6 +64,12 @@ export interface WorkObject {
   latest_heartbeat_at: string | null;
   stop_requested_at: string | null;
   stopped_at: string | null;
+  /**
+   * OpenMA extension, only with tracing on where the item was queued: the W3C
+   * trace context of the request that queued it, which the runtime host's
+   * `openma.host.run` continues (docs/operations.md, "Traces").
+   */
+  traceparent?: string;
 }
 
 export function renderWork(row: WorkItemRow, secret: string | null = null): WorkObject {
@@ -81,6 +87,7 @@ export function renderWork(row: WorkItemRow, secret: string | null = null): Work
     latest_heartbeat_at: row.latest_heartbeat_at,
     stop_requested_at: row.stop_requested_at,
     stopped_at: row.stopped_at,
+    ...(row.traceparent ? { traceparent: row.traceparent } : {}),
   };
 }
 

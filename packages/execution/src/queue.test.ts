@@ -41,6 +41,32 @@ describe.each(BACKENDS)("execution queue on %s", (dialect) => {
     }
   }
 
+  it("keeps the trace context of the first request since the last claim", async () => {
+    const id = newId("sesn");
+    const tp = (n: number) => `00-${String(n).padStart(32, "0")}-${String(n).padStart(16, "0")}-01`;
+    const requestTraced = (traceparent: string | null) =>
+      db()
+        .transaction()
+        .execute((trx) => requestTurn(trx, id, now, traceparent));
+    await requestTraced(tp(1));
+    // Coalesced into the pending turn: the first request's context stays.
+    await requestTraced(tp(2));
+    const first = await claimOf(id);
+    expect(first.traceparent).toBe(tp(1));
+    // Input during the turn asks for the next one, whose trace is the first such request's.
+    await requestTraced(tp(3));
+    await requestTraced(tp(4));
+    expect(await releaseClaim(db(), first, { type: "settle" })).toBe("pending");
+    const second = await claimOf(id);
+    expect(second.traceparent).toBe(tp(3));
+    expect(await releaseClaim(db(), second, { type: "settle" })).toBe("idle");
+    // An untraced request: the next turn does not reuse the last one's context.
+    await requestTraced(null);
+    const third = await claimOf(id);
+    expect(third.traceparent).toBeNull();
+    await releaseClaim(db(), third, { type: "settle" });
+  });
+
   it("claims a pending session once, storing only a hash of the token", async () => {
     const id = newId("sesn");
     await request(id);

@@ -6,7 +6,9 @@
  * (claimed: a lease). Every transition is ONE conditional statement whose
  * WHERE clause is the whole decision, so two processes can never both win:
  *  - request: an upsert in the transaction that appends the user event; it
- *    bumps `requested_version`, and moves idle → pending;
+ *    bumps `requested_version`, and moves idle → pending; it keeps the W3C
+ *    trace context of the first request since the last claim (the turn that
+ *    serves several coalesced requests continues the first one's trace);
  *  - claim: an UPDATE of one claimable row (pending and due, or running with
  *    an expired lease) to running, with a new owner id, a new token (stored
  *    hashed) and an expiry; the previous holder's token can never match again;
@@ -38,14 +40,22 @@ export interface ExecutionClaim {
   expiresAt: number;
   /** Claims of this row since it last settled, this one included. */
   attempts: number;
+  /** W3C trace context of the request that queued the turn (null when tracing was off there). */
+  traceparent: string | null;
 }
 
 /**
  * Marks the session as needing a turn, inside the transaction that appends
  * the user event (so the event and the request commit together or not at
- * all). Publish `EXECUTION_TOPIC` after the commit.
+ * all). Publish `EXECUTION_TOPIC` after the commit. `traceparent` is the
+ * requesting span's W3C trace context, when tracing is on.
  */
-export async function requestTurn(trx: Transaction<Database>, sessionId: string, nowMs: number): Promise<void> {
+export async function requestTurn(
+  trx: Transaction<Database>,
+  sessionId: string,
+  nowMs: number,
+  traceparent: string | null = null,
+): Promise<void> {
   await trx
     .insertInto("session_executions")
     .values({
@@ -62,6 +72,7 @@ export async function requestTurn(trx: Transaction<Database>, sessionId: string,
       claimed_at_ms: null,
       attempts: 0,
       last_error: null,
+      traceparent,
     })
     .onConflict((oc) =>
       oc.column("session_id").doUpdateSet({
@@ -72,6 +83,11 @@ export async function requestTurn(trx: Transaction<Database>, sessionId: string,
         // New input is a new chance: a backoff from an earlier failure no longer applies.
         available_at_ms: 0,
         attempts: sql<number>`case when session_executions.state = 'idle' then 0 else session_executions.attempts end`,
+        // The first request since the last claim names the next turn's trace: an idle row, or a running one
+        // no request reached since its claim. A pending row (or a running one already asked again) keeps its own.
+        traceparent: sql<string | null>`case when session_executions.state = 'idle'
+          or (session_executions.state = 'running' and session_executions.requested_version = session_executions.claimed_version)
+          then excluded.traceparent else session_executions.traceparent end`,
       }),
     )
     .execute();
@@ -135,10 +151,18 @@ export async function claimNext(db: Kysely<Database>, dialect: "sqlite" | "postg
     .where("session_id", "=", candidate)
     // Repeated outside the subquery: this is the condition the UPDATE itself re-checks on the locked row.
     .where((eb) => claimable(eb, nowMs))
-    .returning(["session_id", "generation", "expires_at_ms", "attempts"])
+    .returning(["session_id", "generation", "expires_at_ms", "attempts", "traceparent"])
     .executeTakeFirst();
   if (!row) return null;
-  return { sessionId: row.session_id, ownerId, token, generation: row.generation, expiresAt: row.expires_at_ms, attempts: row.attempts };
+  return {
+    sessionId: row.session_id,
+    ownerId,
+    token,
+    generation: row.generation,
+    expiresAt: row.expires_at_ms,
+    attempts: row.attempts,
+    traceparent: row.traceparent ?? null,
+  };
 }
 
 function heldBy(eb: ExpressionBuilder<Database, "session_executions">, claim: ExecutionClaim) {

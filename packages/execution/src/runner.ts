@@ -13,8 +13,10 @@ export interface TurnRunner {
    * Runs the session until it needs outside input or ends. Stateless and
    * re-runnable: a crashed attempt is simply run again from the event log.
    * Must stop promptly when `signal` aborts (lease lost, interrupt, shutdown).
+   * `traceparent` is the W3C trace context of the request that queued the
+   * turn, when tracing was on there: a traced runner continues that trace.
    */
-  runTurn(sessionId: string, signal: AbortSignal): Promise<TurnOutcome>;
+  runTurn(sessionId: string, signal: AbortSignal, traceparent?: string | null): Promise<TurnOutcome>;
   /** True when the log has input the agent has not answered yet. */
   needsTurn(sessionId: string): Promise<boolean>;
   /**

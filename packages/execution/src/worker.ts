@@ -256,7 +256,7 @@ export class ExecutionWorker {
       this.#onEvent({ type: "renewal", sessionId, result: result.type, expiresAt: result.type === "renewed" ? result.expiresAt : null }),
     );
     const held = holdLease(store, { lease: claim, expiresAt: claim.expiresAt }, this.#policy, this.#scheduler);
-    const result = claim.attempts > this.#maxAttempts ? ({ type: "gave_up" } as const) : await this.#runHeld(sessionId, held);
+    const result = claim.attempts > this.#maxAttempts ? ({ type: "gave_up" } as const) : await this.#runHeld(claim, held);
     if (result.type === "lease_lost") {
       // Not released: another holder may own it already; the row is left to the claim that replaces us.
       this.#log.warn({ session_id: sessionId, reason: result.reason }, "execution lease lost; the turn was aborted");
@@ -275,7 +275,8 @@ export class ExecutionWorker {
   }
 
   /** Runs the turn under the lease's signal (plus interrupts and shutdown); why it stopped decides the result. */
-  async #runHeld(sessionId: string, held: HeldLease<ExecutionClaim>): Promise<AttemptResult> {
+  async #runHeld(claim: ExecutionClaim, held: HeldLease<ExecutionClaim>): Promise<AttemptResult> {
+    const { sessionId } = claim;
     const interrupt = new AbortController();
     let stopReason: StopReason | null = null;
     let watch: SessionWatch | null = null;
@@ -289,7 +290,7 @@ export class ExecutionWorker {
         const onError = (err: Error) => this.#log.warn({ err: err.message, session_id: sessionId }, "session watch failed");
         watch = await watchSession(this.#storage, sessionId, onStop, onError);
       }
-      result = await this.#runOnce(sessionId, AbortSignal.any([held.signal, interrupt.signal, this.#shutdown.signal]));
+      result = await this.#runOnce(claim, AbortSignal.any([held.signal, interrupt.signal, this.#shutdown.signal]));
     } catch (err) {
       result = { type: "threw", error: (err as Error).message };
     } finally {
@@ -305,10 +306,10 @@ export class ExecutionWorker {
     return result;
   }
 
-  async #runOnce(sessionId: string, signal: AbortSignal): Promise<AttemptResult> {
+  async #runOnce({ sessionId, traceparent }: ExecutionClaim, signal: AbortSignal): Promise<AttemptResult> {
     if (!(await this.#runner.needsTurn(sessionId))) return { type: "skipped" };
     if (signal.aborted) return { type: "threw", error: "aborted before the turn started" };
-    return { type: "ran", outcome: await this.#runner.runTurn(sessionId, signal) };
+    return { type: "ran", outcome: await this.#runner.runTurn(sessionId, signal, traceparent) };
   }
 
   async #dispositionFor(sessionId: string, claim: ExecutionClaim, result: AttemptResult): Promise<ReleaseDisposition> {

@@ -15,6 +15,7 @@ import { sessionsTokenFromSecret } from "@anthropic-ai/sdk/lib/environments/work
 import type { BetaSelfHostedWork } from "@anthropic-ai/sdk/resources/beta/environments/work";
 import { type ManagedRuntimeProfile, type RuntimeResourceScope, runtimeScopeKey } from "@openma/contract";
 import type { ManagedRuntimeHost, RuntimeRunResult } from "@openma/host";
+import { inTraceOf } from "@openma/host/spans";
 import type { Scheduler } from "@openma/time";
 import type { WorkTicket } from "./ama-worker-runner.ts";
 import { DEFAULT_RETRY_BACKOFF, RetryBackoff, type RetryBackoffOptions } from "./retry-backoff.ts";
@@ -151,7 +152,8 @@ export class WorkLoop {
         // re-reads it) keeps its own item.
         o.tickets.set(ticket);
         try {
-          return await this.#runWaitingOutStaleFence(ticket);
+          // The run's `openma.host.run` continues the trace of the request that queued the item.
+          return await inTraceOf(queuedTrace(work), () => this.#runWaitingOutStaleFence(ticket));
         } finally {
           o.tickets.delete(ticket);
         }
@@ -185,6 +187,12 @@ export class WorkLoop {
       onWait: (waitMs) => o.logger.info({ session_id: ticket.sessionId, wait_ms: waitMs }, "waiting out a stale fence"),
     });
   }
+}
+
+/** OpenMA's Work extension: the W3C trace context of the traced request that queued the item (absent otherwise). */
+function queuedTrace(work: BetaSelfHostedWork): string | null {
+  const value = (work as { traceparent?: unknown }).traceparent;
+  return typeof value === "string" ? value : null;
 }
 
 /**

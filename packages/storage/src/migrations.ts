@@ -15,6 +15,7 @@ import { sessionCompactions } from "./migrations/0019_session_compactions.ts";
 import { sessionThreads } from "./migrations/0020_session_threads.ts";
 import { activationIntents } from "./migrations/0021_activation_intents.ts";
 import { sessionAcpRelease } from "./migrations/0022_session_acp_release.ts";
+import { turnTraceparent } from "./migrations/0023_turn_traceparent.ts";
 
 /** Ordered by name; a new migration is a new file plus one line here. */
 export const migrations: Record<string, Migration> = {
@@ -33,6 +34,7 @@ export const migrations: Record<string, Migration> = {
   "0020_session_threads": sessionThreads,
   "0021_activation_intents": activationIntents,
   "0022_session_acp_release": sessionAcpRelease,
+  "0023_turn_traceparent": turnTraceparent,
 };
 
 /**

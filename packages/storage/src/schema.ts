@@ -108,6 +108,8 @@ export interface WorkItemRow {
   token_hash: string | null;
   /** Session log position this item is known to have served (migration 0006: not null, default 0; optional on insert). */
   served_seq?: number;
+  /** W3C trace context of the request that queued the item, or null (migration 0023; optional on insert). */
+  traceparent?: string | null;
 }
 
 /** Last poll of each `Anthropic-Worker-ID` per environment (queue stats). */
@@ -310,6 +312,8 @@ export interface SessionExecutionRow {
   claimed_at_ms: number | null;
   attempts: number;
   last_error: string | null;
+  /** W3C trace context of the request that queued the pending turn, or null (migration 0023; optional on insert). */
+  traceparent?: string | null;
 }
 
 /** Owner record of a serve-lane sandbox (migration 0007); times are epoch ms. */

@@ -176,10 +176,12 @@ async function sendEvents(c: Context<AppEnv>, sessionId: string) {
   const result = await db.transaction().execute(async (trx) => {
     const appended = await appendEvents(deps, sessionId, drafts, { trx });
     const needsWork = selfHosted && appended.appended.some((e) => WORK_BEARING_TYPES.has(e.type));
-    const work = needsWork ? await ensureSessionWork(trx, deps, session.environment_id, sessionId) : null;
-    // The turn request commits with the event that asks for it: no event without a turn, no turn without an event.
     const turn = brainHere && appended.appended.some((e) => TURN_BEARING_TYPES.has(e.type));
-    if (turn) await requestTurn(trx, sessionId, deps.clock.now());
+    // With tracing on, what this request queues carries its trace context: the turn continues its trace.
+    const traceparent = (needsWork || turn) && deps.tracing ? deps.tracing.traceparent() : null;
+    const work = needsWork ? await ensureSessionWork(trx, deps, session.environment_id, sessionId, traceparent) : null;
+    // The turn request commits with the event that asks for it: no event without a turn, no turn without an event.
+    if (turn) await requestTurn(trx, sessionId, deps.clock.now(), traceparent);
     // On a transactional bus the wake-ups go out with the commit itself: the execution worker
     // claims the turn without waiting for publishes after it (one statement for both topics).
     const topics = [...(work?.created ? [workTopic(session.environment_id)] : []), ...(turn ? [EXECUTION_TOPIC] : [])];
@@ -193,6 +195,13 @@ async function sendEvents(c: Context<AppEnv>, sessionId: string) {
   if (!result.published && result.work?.created) await notifyWorkers(c, session.environment_id);
   if (!result.published && result.turn) await notifyExecution(c);
   return { data: result.events };
+}
+
+/** With tracing on, the request is the span `openma.api.send_events`, the first of its turn's trace. */
+function tracedSendEvents(c: Context<AppEnv>, sessionId: string) {
+  const tracing = c.get("deps").tracing;
+  if (!tracing) return sendEvents(c, sessionId);
+  return tracing.inSpan("openma.api.send_events", { "openma.session_id": sessionId }, () => sendEvents(c, sessionId));
 }
 
 /** Coalesces bus wake-ups: any number of wakes while a read runs cause one more read. */
@@ -334,7 +343,7 @@ export function eventRoutes(): Hono<AppEnv> {
   const r = new Hono<AppEnv>();
   r.get("/:session_id/events", async (c) => c.json(await listEvents(c, pathId(c, "session_id"))));
   r.post("/:session_id/events", limitBody(EVENTS_BODY_LIMIT, "request body"), async (c) =>
-    c.json(await sendEvents(c, pathId(c, "session_id"))),
+    c.json(await tracedSendEvents(c, pathId(c, "session_id"))),
   );
   r.get("/:session_id/events/stream", (c) => streamEvents(c, pathId(c, "session_id")));
   return r;
