@@ -121,7 +121,7 @@ export function modelRequestEnd(startId: string, response: PromptResponse | null
   const u = response?.usage;
   return {
     model_request_start_id: startId,
-    is_error: response === null ? true : false,
+    is_error: response === null,
     model_usage: {
       input_tokens: u?.inputTokens ?? 0,
       output_tokens: u?.outputTokens ?? 0,
