@@ -189,10 +189,11 @@ export async function spawnRemote(
 ): Promise<RemoteProcess> {
   const issue = inputIssue(input);
   if (issue !== null) return settled({ type: "error", message: issue });
-  if (input.signal.aborted) return settled({ type: "aborted", stdout: new Uint8Array(), stderr: new Uint8Array(), truncated: false });
+  if (input.signal.aborted) return settled({ type: "aborted", ...NO_OUTPUT });
   const paths = runPaths(runDir);
   const env = input.env ?? {};
   const hasEnv = Object.keys(env).length > 0;
+  let process: Running | null = null;
   try {
     if (hasEnv) {
       const wrote = await runHelper(
@@ -207,14 +208,18 @@ export async function spawnRemote(
       }
     }
     const argv = ["/bin/sh", "-c", EXEC_WRAPPER, "openma-exec", paths.pidFile, hasEnv ? paths.envFile : "", input.cwd, ...input.command];
-    const process = new Running(api, runDir, paths, hasEnv, input, startTimeoutMs);
+    process = new Running(api, runDir, paths, hasEnv, input, startTimeoutMs);
     await process.start(argv);
     return process;
   } catch (err) {
-    if (input.signal.aborted) return settled({ type: "aborted", stdout: new Uint8Array(), stderr: new Uint8Array(), truncated: false });
+    // Output can arrive before the start is confirmed (stdout and the start marker travel apart), and a
+    // caller may abort on it: the aborted result still carries what was seen.
+    if (input.signal.aborted) return settled({ type: "aborted", ...(process?.output() ?? NO_OUTPUT) });
     return settled({ type: "error", message: `exec: ${describe(err)}` });
   }
 }
+
+const NO_OUTPUT = { stdout: new Uint8Array(), stderr: new Uint8Array(), truncated: false };
 
 function settled(result: ExecResult): RemoteProcess {
   const failedToStart = result.type === "error" ? result.message : null;
@@ -327,8 +332,13 @@ class Running implements RemoteProcess {
     this.#resolve(this.#result(end));
   }
 
+  /** What the process printed so far. */
+  output(): { stdout: Uint8Array; stderr: Uint8Array; truncated: boolean } {
+    return { stdout: this.#stdout.bytes(), stderr: this.#stderr.bytes(), truncated: this.#stdout.truncated || this.#stderr.truncated };
+  }
+
   #result(end: RemoteEnd): ExecResult {
-    const out = { stdout: this.#stdout.bytes(), stderr: this.#stderr.bytes(), truncated: this.#stdout.truncated || this.#stderr.truncated };
+    const out = this.output();
     if (this.#ending) return { type: this.#ending, ...out };
     if (end.type === "lost") return { type: "error", message: `exec: lost the process (${end.message})` };
     if (end.exitCode === 127) {
