@@ -62,18 +62,19 @@ const DIALECT: Record<AgentName, string> = {
 
 /**
  * The model each agent's Managed Agents agent names: never the setup's
- * default (so the model can only have learnt it from the session's agent),
- * and a name the agent knows in its dialect (Codex streams a warning for one
- * it has no metadata for).
+ * default (so the model can only have learnt it from the session's agent).
+ * Codex gets a name it knows (it streams a warning as agent text for one it
+ * has no metadata for); Claude Code a name it does not know (it maps ids it
+ * knows as retired, such as `claude-opus-4-1`, onto current ones).
  */
 export const AGENT_MODEL: Record<AgentName, string> = {
   codex: "gpt-5.4",
   gemini: "gemini-2.5-pro",
-  "claude-code": "claude-opus-4-1",
-  opencode: "claude-opus-4-1",
+  "claude-code": "openma-test-model-7",
+  opencode: "openma-test-model-7",
   "qwen-code": "qwen3-coder-flash",
-  pi: "claude-opus-4-1",
-  copilot: "claude-opus-4.1",
+  pi: "openma-test-model-7",
+  copilot: "openma-test-model-7",
 };
 
 /** The model ids the scripted model was asked for (Gemini's is the one in its path, `models/<id>:streamGenerateContent`). */

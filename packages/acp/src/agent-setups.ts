@@ -124,6 +124,10 @@ const SETUPS = {
       ANTHROPIC_BASE_URL: m.origin,
       ANTHROPIC_API_KEY: m.key,
       ANTHROPIC_MODEL: m.model,
+      // Listed as a model of its own, so the adapter keeps the id as given rather than matching it to the
+      // nearest entry of its model list (its session-model.js). The CLI itself still maps ids it knows as
+      // retired onto current ones (`claude-opus-4-1` asked for `claude-opus-5-5`); others pass verbatim.
+      ANTHROPIC_CUSTOM_MODEL_OPTION: m.model,
       CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1",
     },
     expectedContinue: "resume",
