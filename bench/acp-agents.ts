@@ -38,7 +38,7 @@ import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { AcpAgentClient, AcpNativeState, bindAcpState, ensureAgentRelease, nodeSpawn, nodeStatePort } from "@openma/acp";
 import { startScriptedModel } from "@openma/scripted-model";
-import { AGENT_NAMES, type AgentName, agentLaunch, agentSetup, modernNodeHostDir } from "../test/acp/agents.ts";
+import { AGENT_NAMES, type AgentName, agentLaunch, agentSetup, DEFAULT_AGENT_MODELS, modernNodeHostDir } from "../test/acp/agents.ts";
 import { reportTarget } from "./report.ts";
 import { summary } from "./session-first-exec.ts";
 
@@ -63,7 +63,7 @@ async function benchAgent(name: AgentName): Promise<Sample[]> {
   // Side rules do not depend on the endpoint.
   const sideRules = (agentSetup(name, { origin: "", key: "" }).sideRules ?? []) as never[];
   const model = await startScriptedModel({ apiKey: KEY, script: { turns, side_requests: { rules: sideRules } } });
-  const setup = agentSetup(name, { origin: model.url, key: KEY });
+  const setup = agentSetup(name, { origin: model.url, key: KEY, model: DEFAULT_AGENT_MODELS[name] });
   const agentDir = (await ensureAgentRelease(setup.release)).dir;
   const launch = agentLaunch(setup.release, { agentDir, nodeDir: modernNodeHostDir() });
   const root = await mkdtemp(join(tmpdir(), `bench-acp-${name}-`));

@@ -130,6 +130,8 @@ export async function runAgentScenario(s: AgentScenario): Promise<void> {
     input("evt_2", "second task");
     await p1.runner.runTurn("evt_2", "second task");
     expect(lastMessage()).toContain("answer two");
+    // The agent asked for the model its setup names (environment or configuration, per agent).
+    expect(new Set(scripted.requests.map((r) => r.view?.model))).toEqual(new Set([s.model]));
     const spans = log.filter((e) => e.type === "span.model_request_end");
     expect(spans.map((e) => e.is_error)).toEqual([false, false]);
     if (s.reportsUsage) {

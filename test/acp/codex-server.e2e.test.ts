@@ -9,8 +9,9 @@
  *
  * Checked: each turn's `agent.message` (streamed through the SDK), that turn
  * 2's model request carries turn 1 (one ACP session across turns), the
- * session's pinned release, that changing the agent's selection leaves
- * the live session on its release, that a `user.interrupt` cancels a turn
+ * session's pinned release, that Codex asks for the model the agent names
+ * (its config.toml), that changing the agent's selection and model leaves
+ * the live session on its release and model, that a `user.interrupt` cancels a turn
  * (`session/cancel`), that a message sent while a turn runs gets a turn of
  * its own afterwards, and that archiving ends the placement. Then the
  * scenario every real agent runs through the server (server-scenario.ts):
@@ -29,7 +30,17 @@ import { ManualScheduler, type ScriptedModel, startScriptedModel } from "@openma
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../support/server.ts";
 import { allEvents, endTurnIdle, sendAndWait } from "../support/worker-e2e.ts";
-import { HELD_MS, REAL_KEY, requestWith, runServerScenario, SCRIPT, said, userMessage } from "./server-scenario.ts";
+import {
+  AGENT_MODEL,
+  HELD_MS,
+  modelsAsked,
+  REAL_KEY,
+  requestWith,
+  runServerScenario,
+  SCRIPT,
+  said,
+  userMessage,
+} from "./server-scenario.ts";
 
 const CODEX = KNOWN_AGENT_RELEASES.find((r) => r.id === "codex-acp");
 
@@ -62,7 +73,7 @@ describe("Codex as a session harness through openma serve and the official SDK",
   it("two turns of one ACP session; the release is pinned on the session", async () => {
     const agent = await client.beta.agents.create({
       name: "codex",
-      model: "gpt-5.3-codex",
+      model: AGENT_MODEL.codex,
       metadata: { "openma.acp_agent": `codex-acp@${CODEX?.version}` },
     });
     const env = await client.beta.environments.create({ name: "acp" });
@@ -74,8 +85,10 @@ describe("Codex as a session harness through openma serve and the official SDK",
     expect(said(first)).toContain("answer one");
     expect(first.map((e) => e.type)).toEqual(expect.arrayContaining(["session.status_running", "span.model_request_end"]));
 
-    // The agent now selects another release: the live session keeps the one it pinned.
-    await client.beta.agents.update(agent.id, { version: agent.version, metadata: { "openma.acp_agent": "gemini" } });
+    expect(modelsAsked(model)).toEqual(new Set([AGENT_MODEL.codex]));
+
+    // The agent now selects another release and another model: the live session keeps its agent version's.
+    await client.beta.agents.update(agent.id, { version: agent.version, model: "gpt-5.2", metadata: { "openma.acp_agent": "gemini" } });
     const second = await sendAndWait(client, session.id, userMessage("second task"), endTurnIdle);
     expect(said(second)).toContain("answer two");
     expect(await pinnedAcpRelease(srv.store.storage.db, session.id)).toEqual(pin);
@@ -87,6 +100,7 @@ describe("Codex as a session harness through openma serve and the official SDK",
     expect(carried).toContain("answer one");
     // Codex answered (OpenAI Responses), not the default harness (Anthropic Messages), and only with the real key.
     expect(new Set(model.requests.map((r) => r.dialect))).toEqual(new Set(["openai-responses"]));
+    expect(modelsAsked(model)).toEqual(new Set([AGENT_MODEL.codex]));
     expect(model.requests.filter((r) => JSON.stringify(r.headers).includes("openma-placeholder"))).toEqual([]);
     // No session.error: every answered request came through the gateway with the real key.
     expect((await allEvents(client, session.id)).filter((e) => e.type === "session.error")).toEqual([]);

@@ -26,7 +26,9 @@
  *      recovery prompt built from the log, and the turn completes.
  *
  * The agent holds only a placeholder key; the scripted model demands the
- * real one, so every answered request went through the gateway.
+ * real one, so every answered request went through the gateway. Every
+ * placement's requests ask for the model the Managed Agents agent names
+ * (`AGENT_MODEL`, never the setup's default).
  */
 import { existsSync } from "node:fs";
 import { rm } from "node:fs/promises";
@@ -57,6 +59,26 @@ const DIALECT: Record<AgentName, string> = {
   pi: "anthropic",
   copilot: "anthropic",
 };
+
+/**
+ * The model each agent's Managed Agents agent names: never the setup's
+ * default (so the model can only have learnt it from the session's agent).
+ * Codex gets a name it knows (it streams a warning as agent text for one it
+ * has no metadata for); Claude Code a name it does not know (it maps ids it
+ * knows as retired, such as `claude-opus-4-1`, onto current ones).
+ */
+export const AGENT_MODEL: Record<AgentName, string> = {
+  codex: "gpt-5.4",
+  gemini: "gemini-2.5-pro",
+  "claude-code": "openma-test-model-7",
+  opencode: "openma-test-model-7",
+  "qwen-code": "qwen3-coder-flash",
+  pi: "openma-test-model-7",
+  copilot: "openma-test-model-7",
+};
+
+/** The model ids the scripted model was asked for (Gemini's is the one in its path, `models/<id>:streamGenerateContent`). */
+export const modelsAsked = (model: ScriptedModel) => new Set(model.requests.map((r) => r.view?.model));
 
 export const SCRIPT = [
   // First: the recovery prompt quotes every earlier request, so its turn must win over theirs.
@@ -101,7 +123,7 @@ export interface ServerScenarioResult {
 export async function runServerScenario(name: AgentName): Promise<ServerScenarioResult> {
   assertBwrapInstalled();
   // The model endpoint is the server's business; the setup here gives the release, profile and side rules.
-  const setup = agentSetup(name, { origin: "http://unused.invalid", key: "unused" });
+  const setup = agentSetup(name, { origin: "http://unused.invalid", key: "unused", model: AGENT_MODEL[name] });
   await ensureAgentRelease(setup.release);
   const clock = new ManualScheduler();
   let model: ScriptedModel | null = null;
@@ -165,7 +187,7 @@ export async function runServerScenario(name: AgentName): Promise<ServerScenario
     let client = await start();
     const agent = await client.beta.agents.create({
       name,
-      model: "claude-sonnet-4-5",
+      model: AGENT_MODEL[name],
       metadata: { "openma.acp_agent": `${setup.release.id}@${setup.release.version}` },
     });
     const env = await client.beta.environments.create({ name: "acp" });
@@ -181,6 +203,8 @@ export async function runServerScenario(name: AgentName): Promise<ServerScenario
     expect(messagesOf(m, second)).toContain("answer one");
     // The agent answered in its own dialect (not the default harness), only with the real key.
     expect(new Set(m.requests.map((r) => r.dialect))).toEqual(new Set([DIALECT[name]]));
+    // It asked for the model the session's agent names (handed to it as its setup reads it).
+    expect(modelsAsked(m)).toEqual(new Set([AGENT_MODEL[name]]));
     expect(m.requests.filter((r) => JSON.stringify(r.headers).includes("openma-placeholder"))).toEqual([]);
     expect((await allEvents(client, session.id)).filter((e) => e.type === "session.error")).toEqual([]);
     expect(placementsLogged(output(), session.id)).toEqual([expect.objectContaining({ mode: "new", recovery: null })]);
@@ -255,6 +279,8 @@ export async function runServerScenario(name: AgentName): Promise<ServerScenario
     expect(recovery).toContain("answer four");
     expect(recovery).toContain("fifth task");
     expect(log.filter((e) => e.type === "session.error")).toEqual([]);
+    // Every placement (new, continued after kill -9 and after a graceful stop, recovered) asked for the agent's model.
+    expect(modelsAsked(m)).toEqual(new Set([AGENT_MODEL[name]]));
     return { continuedWith: continued?.mode ?? "none" };
   } finally {
     await (server as ChildServer | null)?.close();

@@ -12,7 +12,9 @@
  * events, sends `session/cancel` on a `user.interrupt`, and asks the host
  * for a fenced commit after each turn. Codex
  * reaches the scripted model only through the host-side model gateway (the
- * model demands the real key; Codex holds a placeholder).
+ * model demands the real key; Codex holds a placeholder), and asks for the
+ * model the session's agent names (the host reads it and puts it on the
+ * harness's launch line; the harness writes it into Codex's config.toml).
  *
  * Two turns and an interrupted one; then the runtime host is killed with SIGKILL while Codex waits
  * on turn 3's model request. A fresh runtime host reclaims the Work, a
@@ -47,6 +49,8 @@ import { allEvents, createSelfHostedEnvironment, endTurnIdle, type LoggedEvent, 
 import { bwrapLeftovers, sandboxedProcesses } from "./support.ts";
 
 const REAL_KEY = "sk-real-model-key-acp-supervised";
+/** The model the session's agent names: a model Codex knows, and not its setup's default. */
+const AGENT_MODEL = "gpt-5.4";
 const HELD_MS = 1000;
 const CODEX = KNOWN_AGENT_RELEASES.find((r) => r.id === "codex-acp");
 const SCRIPT = [
@@ -156,7 +160,8 @@ describe("Codex in the openma_supervised lane of a runtime host", () => {
     const env = await createSelfHostedEnvironment(client, "acp-supervised");
     const agent = await client.beta.agents.create({
       name: "codex",
-      model: "gpt-5.3-codex",
+      // Not the Codex setup's default: Codex can only have learnt it from the session's agent (the launch line).
+      model: AGENT_MODEL,
       metadata: { "openma.acp_agent": `codex-acp@${CODEX?.version}` },
     });
     const session = await client.beta.sessions.create({ agent: agent.id, environment_id: env.id });
@@ -190,6 +195,7 @@ describe("Codex in the openma_supervised lane of a runtime host", () => {
     expect(first.log()).toContain("opened (new)");
     // Codex answered (OpenAI Responses) with the real key only the gateway holds.
     expect(new Set(model.requests.map((r) => r.dialect))).toEqual(new Set(["openai-responses"]));
+    expect(new Set(model.requests.map((r) => r.view?.model))).toEqual(new Set([AGENT_MODEL]));
     expect(model.requests.filter((r) => JSON.stringify(r.headers).includes("openma-placeholder"))).toEqual([]);
 
     // A user.interrupt while Codex waits on its model: session/cancel, Codex drops the request, the turn ends idle.
@@ -298,6 +304,8 @@ describe("Codex in the openma_supervised lane of a runtime host", () => {
     ]);
     expect(log.filter((e) => e.type === "session.error")).toEqual([]);
     expect(said(log)).toContain("answer four");
+    // Every placement (the first, the resumed one, the recovered one) asked for the session's agent's model.
+    expect(new Set(model.requests.map((r) => r.view?.model))).toEqual(new Set([AGENT_MODEL]));
 
     // Idle past maxIdleMs: the harness closes its ACP session and completes; the host drains, publishes, stops the item.
     await expect.poll(() => recovered.results, { timeout: 60_000, interval: 200 }).toEqual(["completed"]);

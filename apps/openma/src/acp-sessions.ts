@@ -10,7 +10,9 @@
  * in-sandbox supervisor of the `openma_supervised` lane). The sandbox has no
  * network: the agent reaches its model only through a host-side model
  * gateway on a unix socket bound into the sandbox, which injects the real
- * key (the agent holds a placeholder). The agent cache is bound read-only;
+ * key (the agent holds a placeholder), and asks for the model the session's
+ * agent version names (its setup hands it over, re-read on every
+ * placement). The agent cache is bound read-only;
  * the workspace is the session's host workspace directory, so the native
  * state's durable copy (`/workspace/.openma/harness-state/acp/...`) outlives
  * a sandbox and a server: the next placement resumes from it, or recovers.
@@ -29,7 +31,7 @@ import {
   setupForRelease,
   toolSandboxStatePort,
 } from "@openma/acp";
-import { appendEvents, type Logger, pinnedAcpRelease } from "@openma/api";
+import { appendEvents, type Logger, pinnedAcpRelease, sessionAgentModel } from "@openma/api";
 import type { FenceIdentity, ManagedSandboxLease, RuntimeResourceScope } from "@openma/contract";
 import { BubblewrapSandbox, bubblewrapProcesses } from "@openma/driver-bubblewrap";
 import { type TurnOutcome, type TurnRunner, watchSession } from "@openma/execution";
@@ -131,7 +133,9 @@ export function openAcpSessions(options: AcpSessionsOptions): AcpSessions {
     const { baseUrl, apiKey } = options.model;
     if (!baseUrl || !apiKey)
       throw new Error("ACP agents need OPENMA_MODEL_BASE_URL and OPENMA_MODEL_API_KEY (their model gateway's upstream)");
-    const setup = setupForRelease(pinned.id, { origin: `http://127.0.0.1:${GATEWAY_PORT}`, key: PLACEHOLDER_KEY });
+    // The model the session's agent version names, asked for by the agent (not secret: the key stays in the gateway).
+    const model = (await sessionAgentModel(storage.db, sessionId)) ?? undefined;
+    const setup = setupForRelease(pinned.id, { origin: `http://127.0.0.1:${GATEWAY_PORT}`, key: PLACEHOLDER_KEY, model });
     if (!setup) throw new Error(`no model setup is known for ACP agent ${pinned.id}`);
     await mkdir(gatewayRoot, { recursive: true, mode: 0o755 });
     const socketName = `${sessionId}.sock`;
@@ -199,7 +203,10 @@ export function openAcpSessions(options: AcpSessionsOptions): AcpSessions {
         ...(setup.configure ? { configure: setup.configure } : {}),
       });
       const started = await runner.start();
-      logger.info({ session_id: sessionId, agent: `${pinned.package}@${pinned.version}`, ...started }, "ACP agent started");
+      logger.info(
+        { session_id: sessionId, agent: `${pinned.package}@${pinned.version}`, model: setup.model, ...started },
+        "ACP agent started",
+      );
       return { runner, scope, fence, lease, gateway };
     } catch (error) {
       await gateway.close();

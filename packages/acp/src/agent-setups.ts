@@ -11,14 +11,25 @@ import { type AcpAgentRelease, KNOWN_AGENT_RELEASES } from "./agent-cache.ts";
 import type { AcpStateBinding } from "./binding.ts";
 import type { AcpStatePort } from "./native-state.ts";
 
-/** The model as the agent sees it: an origin (no path) and the key it presents. */
+/**
+ * The model as the agent sees it: an origin (no path), the key it presents,
+ * and the model id it asks for: the session's agent's `model` (as pinned by
+ * the session's agent version). Without one (the Managed Agents API always
+ * has one; tests and the bench may leave it out) the agent's default below.
+ */
 export interface ModelEndpoint {
   origin: string;
   key: string;
+  model?: string | undefined;
 }
+
+/** An endpoint with the model id settled. */
+type Endpoint = ModelEndpoint & { model: string };
 
 export interface AgentSetup {
   release: AcpAgentRelease;
+  /** The model id the agent asks for (each agent reads it its own way: docs/acp.md "What each real agent needs"). */
+  model: string;
   /** The profile directory under the durable namespace (`codex`, `opencode`, ...). */
   profile: string;
   keyStyle: ModelKeyStyle;
@@ -43,9 +54,23 @@ async function mkdirP(state: AcpStatePort, dir: string): Promise<void> {
   if (made.exitCode !== 0) throw new Error(`mkdir ${dir}: ${made.stderr}`);
 }
 
+/** Each agent's model when the endpoint names none, in the dialect it speaks. */
+export const DEFAULT_AGENT_MODELS = {
+  codex: "gpt-5.3-codex",
+  gemini: "gemini-2.5-flash",
+  "claude-code": "claude-sonnet-4-5",
+  opencode: "claude-sonnet-4-5",
+  "qwen-code": "qwen3-coder-plus",
+  pi: "claude-sonnet-4-5",
+  copilot: "claude-sonnet-4.5",
+} as const;
+
+const toml = (s: string) => JSON.stringify(s);
+
 const SETUPS = {
-  codex: (m: ModelEndpoint): AgentSetup => ({
+  codex: (m: Endpoint): AgentSetup => ({
     release: release("codex-acp"),
+    model: m.model,
     profile: "codex",
     keyStyle: "bearer",
     env: { OPENMA_MODEL_API_KEY: m.key },
@@ -55,7 +80,7 @@ const SETUPS = {
       state.writeFile(
         `${binding.nativePath}/config.toml`,
         [
-          'model = "gpt-5.3-codex"',
+          `model = ${toml(m.model)}`,
           'model_provider = "openma"',
           'approval_policy = "never"',
           'sandbox_mode = "danger-full-access"',
@@ -68,11 +93,12 @@ const SETUPS = {
         ].join("\n"),
       ),
   }),
-  gemini: (m: ModelEndpoint): AgentSetup => ({
+  gemini: (m: Endpoint): AgentSetup => ({
     release: release("gemini"),
+    model: m.model,
     profile: "gemini",
     keyStyle: "x-goog-api-key",
-    env: { GOOGLE_GEMINI_BASE_URL: m.origin, GEMINI_API_KEY: m.key, GEMINI_MODEL: "gemini-2.5-flash" },
+    env: { GOOGLE_GEMINI_BASE_URL: m.origin, GEMINI_API_KEY: m.key, GEMINI_MODEL: m.model },
     // Gemini CLI advertises session/load only.
     expectedContinue: "load",
     // Its routing classifier asks for a JSON complexity score and rejects one below 1.
@@ -89,16 +115,27 @@ const SETUPS = {
       );
     },
   }),
-  "claude-code": (m: ModelEndpoint): AgentSetup => ({
+  "claude-code": (m: Endpoint): AgentSetup => ({
     release: release("claude-agent-acp"),
+    model: m.model,
     profile: "claude-code",
     keyStyle: "x-api-key",
-    env: { ANTHROPIC_BASE_URL: m.origin, ANTHROPIC_API_KEY: m.key, CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1" },
+    env: {
+      ANTHROPIC_BASE_URL: m.origin,
+      ANTHROPIC_API_KEY: m.key,
+      ANTHROPIC_MODEL: m.model,
+      // Listed as a model of its own, so the adapter keeps the id as given rather than matching it to the
+      // nearest entry of its model list (its session-model.js). The CLI itself still maps ids it knows as
+      // retired onto current ones (`claude-opus-4-1` asked for `claude-opus-5-5`); others pass verbatim.
+      ANTHROPIC_CUSTOM_MODEL_OPTION: m.model,
+      CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1",
+    },
     expectedContinue: "resume",
     reportsUsage: true,
   }),
-  opencode: (m: ModelEndpoint): AgentSetup => ({
+  opencode: (m: Endpoint): AgentSetup => ({
     release: release("opencode"),
+    model: m.model,
     profile: "opencode",
     keyStyle: "x-api-key",
     env: {
@@ -108,31 +145,34 @@ const SETUPS = {
       OPENCODE_DISABLE_LSP_DOWNLOAD: "1",
       // Its configuration travels as environment (its config directory is not an artifact).
       OPENCODE_CONFIG_CONTENT: JSON.stringify({
-        model: "anthropic/claude-sonnet-4-5",
-        small_model: "anthropic/claude-sonnet-4-5",
+        model: `anthropic/${m.model}`,
+        small_model: `anthropic/${m.model}`,
         autoupdate: false,
         share: "disabled",
         permission: { edit: "allow", bash: "allow" },
-        provider: { anthropic: { options: { baseURL: `${m.origin}/v1`, apiKey: m.key } } },
+        // Listed, so an id its bundled catalogue lacks is still a model of the provider.
+        provider: { anthropic: { options: { baseURL: `${m.origin}/v1`, apiKey: m.key }, models: { [m.model]: {} } } },
       }),
     },
     expectedContinue: "resume",
     reportsUsage: true,
   }),
-  "qwen-code": (m: ModelEndpoint): AgentSetup => ({
+  "qwen-code": (m: Endpoint): AgentSetup => ({
     release: release("qwen-code"),
+    model: m.model,
     profile: "qwen-code",
     keyStyle: "bearer",
     // Chat Completions.
-    env: { OPENAI_BASE_URL: `${m.origin}/v1`, OPENAI_API_KEY: m.key, OPENAI_MODEL: "qwen3-coder-plus" },
+    env: { OPENAI_BASE_URL: `${m.origin}/v1`, OPENAI_API_KEY: m.key, OPENAI_MODEL: m.model },
     expectedContinue: "resume",
     // After each turn a background "managed memory" agent asks the model what to remember: nothing.
     sideRules: [
       { label: "memory", match: { last_user_text_contains: "Managed memory has TWO directories" }, response: "Nothing to save." },
     ],
   }),
-  pi: (m: ModelEndpoint): AgentSetup => ({
+  pi: (m: Endpoint): AgentSetup => ({
     release: release("pi-acp"),
+    model: m.model,
     profile: "pi",
     keyStyle: "x-api-key",
     env: { PI_OFFLINE: "1", PI_SKIP_VERSION_CHECK: "1", OPENMA_MODEL_API_KEY: m.key },
@@ -146,14 +186,15 @@ const SETUPS = {
         baseUrl: m.origin,
         api: "anthropic-messages",
         apiKey: "$OPENMA_MODEL_API_KEY",
-        models: [{ id: "claude-sonnet-4-5" }],
+        models: [{ id: m.model }],
       };
       await state.writeFile(`${agentDir}/models.json`, JSON.stringify({ providers: { openma: provider } }));
-      await state.writeFile(`${agentDir}/settings.json`, JSON.stringify({ defaultProvider: "openma", defaultModel: "claude-sonnet-4-5" }));
+      await state.writeFile(`${agentDir}/settings.json`, JSON.stringify({ defaultProvider: "openma", defaultModel: m.model }));
     },
   }),
-  copilot: (m: ModelEndpoint): AgentSetup => ({
+  copilot: (m: Endpoint): AgentSetup => ({
     release: release("copilot"),
+    model: m.model,
     profile: "copilot",
     keyStyle: "x-api-key",
     env: {
@@ -164,19 +205,19 @@ const SETUPS = {
       COPILOT_PROVIDER_TYPE: "anthropic",
       COPILOT_PROVIDER_BASE_URL: m.origin,
       COPILOT_PROVIDER_API_KEY: m.key,
-      COPILOT_MODEL: "claude-sonnet-4.5",
+      COPILOT_MODEL: m.model,
     },
     // Copilot CLI advertises session/load (and close), not session/resume.
     expectedContinue: "load",
     reportsUsage: true,
   }),
-} satisfies Record<string, (m: ModelEndpoint) => AgentSetup>;
+} satisfies Record<keyof typeof DEFAULT_AGENT_MODELS, (m: Endpoint) => AgentSetup>;
 
 export type AgentName = keyof typeof SETUPS;
 export const AGENT_NAMES = Object.keys(SETUPS) as AgentName[];
 
 export function agentSetup(name: AgentName, model: ModelEndpoint): AgentSetup {
-  return SETUPS[name](model);
+  return SETUPS[name]({ ...model, model: model.model || DEFAULT_AGENT_MODELS[name] });
 }
 
 /** The setup of the agent whose release id is `releaseId` (`codex-acp`, ...), or null when none is written down here. */

@@ -12,7 +12,7 @@ import { type AcpAgentRelease, acpReleaseCatalog, KNOWN_AGENT_RELEASES, releaseD
 import { hashSecret, newId, systemClock } from "@openma/storage";
 import { BACKENDS, openTestStorage, type TestStorage } from "@openma/storage/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ACP_AGENT_KEY, pinnedAcpRelease } from "./acp-harness.ts";
+import { ACP_AGENT_KEY, pinnedAcpRelease, sessionAgentModel } from "./acp-harness.ts";
 import { createApp } from "./app.ts";
 import type { ApiDeps } from "./context.ts";
 
@@ -90,15 +90,23 @@ describe.each(BACKENDS)("ACP harness selection on %s", (dialect) => {
     expect(await pinnedAcpRelease(store.storage.db, id)).toEqual(pinned(CODEX));
 
     // The agent now selects Gemini CLI, which is not installed: new sessions are refused, the live one keeps Codex.
-    const updated = await post(`/v1/agents/${agent}`, { version: 1, metadata: { [ACP_AGENT_KEY]: `gemini@${GEMINI.version}` } });
+    // It also names another model: the live session keeps its agent version's model too.
+    expect(await sessionAgentModel(store.storage.db, id)).toBe("claude-test-1");
+    const updated = await post(`/v1/agents/${agent}`, {
+      version: 1,
+      model: "claude-test-2",
+      metadata: { [ACP_AGENT_KEY]: `gemini@${GEMINI.version}` },
+    });
     expect(updated.status).toBe(200);
     expect(await pinnedAcpRelease(store.storage.db, id)).toEqual(pinned(CODEX));
+    expect(await sessionAgentModel(store.storage.db, id)).toBe("claude-test-1");
     expectRefusal(await post("/v1/sessions", { agent, environment_id: env }), /gemini-cli@.* is not installed in the agent cache/);
     await fakeInstall(cache, GEMINI);
     const next = await post("/v1/sessions", { agent, environment_id: env });
     expect(next.status).toBe(200);
     expect(await pinnedAcpRelease(store.storage.db, next.body.id as string)).toEqual(pinned(GEMINI));
     expect(await pinnedAcpRelease(store.storage.db, id)).toEqual(pinned(CODEX));
+    expect(await sessionAgentModel(store.storage.db, next.body.id as string)).toBe("claude-test-2");
   });
 
   it("takes the environment's selection when the agent has none, and the agent's over the environment's", async () => {

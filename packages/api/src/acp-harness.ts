@@ -63,3 +63,14 @@ export async function pinnedAcpRelease(db: Kysely<Database>, sessionId: string):
   const row = await db.selectFrom("sessions").select("acp_release").where("id", "=", sessionId).executeTakeFirst();
   return row?.acp_release ? (JSON.parse(row.acp_release) as PinnedAcpRelease) : null;
 }
+
+/**
+ * The model id of the agent a session runs (its agent version's snapshot on
+ * the session, so a later agent update does not change it), or null when it
+ * names none. An ACP agent asks its model for this id.
+ */
+export async function sessionAgentModel(db: Kysely<Database>, sessionId: string): Promise<string | null> {
+  const row = await db.selectFrom("sessions").select("body").where("id", "=", sessionId).executeTakeFirst();
+  const model = row ? (JSON.parse(row.body) as { agent?: { model?: string | { id?: string } } }).agent?.model : undefined;
+  return (typeof model === "string" ? model : model?.id) || null;
+}

@@ -1,4 +1,4 @@
-export { ACP_AGENT_KEY, pinnedAcpRelease } from "./acp-harness.ts";
+export { ACP_AGENT_KEY, pinnedAcpRelease, sessionAgentModel } from "./acp-harness.ts";
 export * from "./app.ts";
 export * from "./auth.ts";
 export * from "./context.ts";

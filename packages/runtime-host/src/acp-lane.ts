@@ -9,7 +9,7 @@
 import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import { acpReleaseCatalog, agentCacheRoot } from "@openma/acp";
-import { pinnedAcpRelease } from "@openma/api";
+import { pinnedAcpRelease, sessionAgentModel } from "@openma/api";
 import type { ManagedRuntimeProfile, ManagedSandboxPort, SandboxProcessPort } from "@openma/contract";
 import { type ModelGateway, type ModelKeyStyle, openModelGateway } from "@openma/model-gateway";
 import type { Storage } from "@openma/storage";
@@ -105,6 +105,7 @@ export async function openAcpLane(options: {
       new AcpSupervisedRunner({
         ...parts,
         pinnedRelease: (sessionId) => pinnedAcpRelease(options.storage.db, sessionId),
+        agentModel: (sessionId) => sessionAgentModel(options.storage.db, sessionId),
         installed: async (pinned) => (await catalog.installed(pinned)) !== null,
         modelSocket,
         apiUrl: options.apiUrl,

@@ -66,6 +66,7 @@ describe("AcpSupervisedRunner", () => {
       scheduler,
       ticketFor: () => ticket,
       pinnedRelease: async () => (opts.pinned === undefined ? PIN : opts.pinned),
+      agentModel: async () => "gpt-5.4",
       installed: async () => opts.installed ?? true,
       modelSocket: async (style) => `/openma/run/model-${style}.sock`,
       apiUrl,
@@ -117,6 +118,7 @@ describe("AcpSupervisedRunner", () => {
       sessionsToken: TOKEN,
       agent: { id: "codex-acp", version: "0.16.0" },
       modelSocket: "/openma/run/model-bearer.sock",
+      model: "gpt-5.4",
     });
     expect(start).toMatchObject({ type: "start", protocol: PROTOCOL, generation: 2 });
     // Not in argv or environment.

@@ -32,6 +32,8 @@ export interface AcpSupervisedRunnerOptions {
   ticketFor(scope: RuntimeResourceScope): WorkTicket | undefined;
   /** The release the session pinned at creation (sessions.acp_release), or null. */
   pinnedRelease(sessionId: string): Promise<PinnedAcpRelease | null>;
+  /** The model id the session's agent version names, or null. */
+  agentModel(sessionId: string): Promise<string | null>;
   /** Whether the agent cache holds exactly that tarball (same integrity). */
   installed(pinned: PinnedAcpRelease): Promise<boolean>;
   /** The sandbox path of the model gateway socket for this key style (opened on first use). */
@@ -82,6 +84,7 @@ export class AcpSupervisedRunner implements HarnessRunner {
       apiSocket: ACP_SANDBOX_PATHS.apiSocket,
       modelSocket: await this.#options.modelSocket(setup.keyStyle),
       agent: { id: pinned.id, version: pinned.version },
+      model: await this.#options.agentModel(input.scope.sessionId),
       maxIdleMs: this.#options.maxIdleMs,
     };
     const lease = new AbortController();

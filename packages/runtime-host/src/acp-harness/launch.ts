@@ -29,6 +29,8 @@ export const acpHarnessLaunch = z.object({
   modelSocket: z.string().min(1),
   /** The release the session pinned (sessions.acp_release). */
   agent: z.object({ id: z.string().min(1), version: z.string().min(1) }),
+  /** The model id the session's agent version names (the agent asks for it); null: the agent's default. */
+  model: z.string().min(1).max(256).nullable(),
   /** How long the harness stays after the session went idle with no more input. */
   maxIdleMs: z.number().int().positive(),
 });

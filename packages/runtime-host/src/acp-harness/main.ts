@@ -158,7 +158,8 @@ class Harness {
 
     const release = KNOWN_AGENT_RELEASES.find((r) => r.id === launch.agent.id && r.version === launch.agent.version);
     if (!release) throw new Error(`unknown ACP agent release ${launch.agent.id}@${launch.agent.version}`);
-    const setup = setupForRelease(release.id, { origin: `http://127.0.0.1:${modelPort}`, key: ACP_PLACEHOLDER_KEY });
+    const model = launch.model ?? undefined;
+    const setup = setupForRelease(release.id, { origin: `http://127.0.0.1:${modelPort}`, key: ACP_PLACEHOLDER_KEY, model });
     if (!setup) throw new Error(`no model setup is known for ACP agent ${release.id}`);
     const command = agentLaunch(release, {
       agentDir: releaseDir(ACP_SANDBOX_PATHS.agents, release),
@@ -183,7 +184,9 @@ class Harness {
     });
     this.#runner = runner;
     const started = await runner.start();
-    log(`ACP session ${started.acpSessionId} opened (${started.mode}${started.recovery ? `, recovery: ${started.recovery}` : ""})`);
+    log(
+      `ACP session ${started.acpSessionId} opened (${started.mode}${started.recovery ? `, recovery: ${started.recovery}` : ""}), model ${setup.model}`,
+    );
 
     let served = -1;
     for (;;) {
