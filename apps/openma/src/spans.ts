@@ -12,7 +12,7 @@
 import type { RequestTracing } from "@openma/api";
 import type { TurnRunner } from "@openma/execution";
 import { activeTraceparent, inTraceOf } from "@openma/host/spans";
-import { context, type Span, SpanStatusCode, type Tracer, trace } from "@opentelemetry/api";
+import { context, ROOT_CONTEXT, type Span, SpanStatusCode, type Tracer, trace } from "@opentelemetry/api";
 
 /** Runs `fn` inside a new active span, ending it with the error status when `fn` throws. */
 export async function inSpan<T>(
@@ -59,6 +59,7 @@ export function requestTracing(tracer: Tracer): RequestTracing {
   return {
     inSpan: (name, attributes, fn) => inSpan(tracer, name, attributes, fn),
     traceparent: activeTraceparent,
+    detached: (fn) => context.with(ROOT_CONTEXT, fn),
   };
 }
 

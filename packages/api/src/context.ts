@@ -81,6 +81,8 @@ export interface RequestTracing {
   inSpan<T>(name: string, attributes: Record<string, string>, fn: () => Promise<T>): Promise<T>;
   /** The active span's W3C `traceparent`, or null outside one. */
   traceparent(): string | null;
+  /** Runs `fn` outside every span: work it starts that outlives the request must not land in the request's trace. */
+  detached<T>(fn: () => T): T;
 }
 
 /** Published on the change bus after a session is archived or deleted. */

@@ -190,8 +190,13 @@ async function sendEvents(c: Context<AppEnv>, sessionId: string) {
   });
   deps.metrics?.eventAppendDuration.observe({}, (performance.now() - appendStarted) / 1000);
   await notifyAppended(deps, sessionId, result.appended.length > 0);
-  // This process's execution worker claims now, not when the commit's notification comes back round.
-  if (result.published) deps.storage.bus.committed?.(result.topics);
+  // This process's execution worker claims now, not when the commit's notification comes back round;
+  // outside this request's span: the worker's loop, woken synchronously here, outlives the request.
+  if (result.published) {
+    const wake = () => deps.storage.bus.committed?.(result.topics);
+    if (deps.tracing) deps.tracing.detached(wake);
+    else wake();
+  }
   if (!result.published && result.work?.created) await notifyWorkers(c, session.environment_id);
   if (!result.published && result.turn) await notifyExecution(c);
   return { data: result.events };
