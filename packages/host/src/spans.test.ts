@@ -1,8 +1,10 @@
 import { openTestStorage, type TestStorage } from "@openma/storage/testing";
-import { context, SpanStatusCode, trace } from "@opentelemetry/api";
+import { context, propagation, SpanStatusCode, trace } from "@opentelemetry/api";
+import { W3CTraceContextPropagator } from "@opentelemetry/core";
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
 import { BasicTracerProvider, InMemorySpanExporter, type ReadableSpan, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { activeTraceparent, inTraceOf } from "./spans.ts";
 import { openRig } from "./testing/rig.ts";
 
 describe("the host's steps as OpenTelemetry spans", () => {
@@ -69,5 +71,28 @@ describe("the host's steps as OpenTelemetry spans", () => {
     const release = tree().steps.find((s) => s.name === "openma.host.release_workspace");
     expect(release?.attributes["openma.host.status"]).toBe("failed");
     expect(release?.status.code).toBe(SpanStatusCode.ERROR);
+  });
+
+  it("carries a span's trace context as a traceparent, and continues it in spans started under inTraceOf", () => {
+    propagation.setGlobalPropagator(new W3CTraceContextPropagator());
+    try {
+      const tracer = trace.getTracer("test");
+      expect(activeTraceparent()).toBeNull();
+      const queued = tracer.startActiveSpan("openma.api.send_events", (span) => {
+        span.end();
+        return activeTraceparent();
+      });
+      const request = exporter.getFinishedSpans()[0] as ReadableSpan;
+      expect(queued).toBe(`00-${request.spanContext().traceId}-${request.spanContext().spanId}-01`);
+      inTraceOf(queued, () => tracer.startSpan("openma.host.run").end());
+      inTraceOf(null, () => tracer.startSpan("a root").end());
+      const [, continued, root] = exporter.getFinishedSpans();
+      expect(continued?.spanContext().traceId).toBe(request.spanContext().traceId);
+      expect(continued?.parentSpanContext?.spanId).toBe(request.spanContext().spanId);
+      expect(root?.spanContext().traceId).not.toBe(request.spanContext().traceId);
+      expect(root?.parentSpanContext).toBeUndefined();
+    } finally {
+      propagation.disable();
+    }
   });
 });
