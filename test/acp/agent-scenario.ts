@@ -19,7 +19,7 @@ import { acquire, assertBwrapInstalled, scratch } from "@openma/driver-bubblewra
 import { GATEWAY_FORWARDER_DIR, GATEWAY_FORWARDER_SCRIPT, openModelGateway } from "@openma/model-gateway";
 import { type ScriptedModel, startScriptedModel } from "@openma/scripted-model";
 import { expect } from "vitest";
-import { type AgentSetup, agentLaunch, type ModelEndpoint, modernNodeHostDir } from "./agents.ts";
+import { type AgentSetup, type ModelEndpoint, modernNodeHostDir, sandboxAgentProcess } from "./agents.ts";
 
 export const REAL_KEY = "sk-real-model-key-e2e";
 export const PLACEHOLDER = "openma-placeholder";
@@ -100,15 +100,9 @@ export async function runAgentScenario(s: AgentScenario): Promise<void> {
     });
     if (fwd.type !== "started") throw new Error(fwd.message);
     await listening;
-    const launch = agentLaunch(s.release, { agentDir: "/openma/agent", nodeDir: MODERN_NODE_DIR });
     const runner = new AcpSessionRunner({
       sessionId: SESSION,
-      agent: {
-        id: s.release.id,
-        command: launch.command,
-        args: launch.args,
-        env: { TMPDIR: "/tmp", HOME: "/tmp", PATH: launch.path, ...s.env },
-      },
+      agent: sandboxAgentProcess(s.release, s, { agentDir: "/openma/agent", nodeDir: MODERN_NODE_DIR }),
       spawn: sandboxSpawn(processes, acquired.lease),
       state: toolSandboxStatePort(driver.toolSandbox(acquired.lease)),
       history: [...log],

@@ -23,10 +23,10 @@ import {
   type EventDraft as AcpEventDraft,
   type AcpReleaseCatalog,
   AcpSessionRunner,
-  agentLaunch,
   type CanonicalEvent,
   pendingTurn,
   releaseDir,
+  sandboxAgentProcess,
   sandboxSpawn,
   setupForRelease,
   toolSandboxStatePort,
@@ -182,18 +182,12 @@ export function openAcpSessions(options: AcpSessionsOptions): AcpSessions {
       });
       if (forwarder.type !== "started") throw new Error(`the model gateway forwarder did not start: ${forwarder.message}`);
       await ready;
-      const launch = agentLaunch(installed.release, {
-        agentDir: releaseDir(AGENTS_MOUNT, installed.release),
-        nodeDir: `${SANDBOX_NODE_DIR}/bin`,
-      });
       const runner = new AcpSessionRunner({
         sessionId,
-        agent: {
-          id: installed.release.id,
-          command: launch.command,
-          args: launch.args,
-          env: { TMPDIR: "/tmp", HOME: "/tmp", PATH: launch.path, ...setup.env },
-        },
+        agent: sandboxAgentProcess(installed.release, setup, {
+          agentDir: releaseDir(AGENTS_MOUNT, installed.release),
+          nodeDir: `${SANDBOX_NODE_DIR}/bin`,
+        }),
         spawn: sandboxSpawn(processes, lease),
         state: toolSandboxStatePort(sandbox.toolSandbox(lease)),
         history,

@@ -10,6 +10,7 @@ import type { ModelKeyStyle } from "@openma/model-gateway";
 import { type AcpAgentRelease, KNOWN_AGENT_RELEASES } from "./agent-cache.ts";
 import type { AcpStateBinding } from "./binding.ts";
 import type { AcpStatePort } from "./native-state.ts";
+import type { AcpAgentLaunch } from "./session-runner.ts";
 
 /**
  * The model as the agent sees it: an origin (no path), the key it presents,
@@ -242,4 +243,20 @@ export function agentLaunch(
   const node = r.nodeMajor ? `${where.nodeDir}/node` : "node";
   const path = `${r.nodeMajor ? `${where.nodeDir}:` : ""}${where.agentDir}/node_modules/.bin:/usr/local/bin:/usr/bin:/bin`;
   return r.node ? { command: node, args: [bin, ...r.args], path } : { command: bin, args: [...r.args], path };
+}
+
+/**
+ * The agent process of release `r` (the pinned one, which may be another
+ * version than `setup.release`) inside a sandbox, for AcpSessionRunner: its
+ * command line (agentLaunch), a throwaway HOME and TMPDIR (the native state
+ * is bound by the profile), and the setup's environment.
+ */
+export function sandboxAgentProcess(r: AcpAgentRelease, setup: AgentSetup, where: { agentDir: string; nodeDir: string }): AcpAgentLaunch {
+  const launch = agentLaunch(r, where);
+  return {
+    id: r.id,
+    command: launch.command,
+    args: launch.args,
+    env: { TMPDIR: "/tmp", HOME: "/tmp", PATH: launch.path, ...setup.env },
+  };
 }

@@ -23,6 +23,7 @@ export {
   agentLaunch,
   agentSetup,
   type ModelEndpoint,
+  sandboxAgentProcess,
   setupForRelease,
 } from "./agent-setups.ts";
 export {
