@@ -24,7 +24,6 @@ import { createInterface } from "node:readline";
 import Anthropic from "@anthropic-ai/sdk";
 import {
   AcpSessionRunner,
-  agentLaunch,
   type CanonicalEvent,
   type EventDraft,
   KNOWN_AGENT_RELEASES,
@@ -32,6 +31,7 @@ import {
   nodeStatePort,
   pendingTurn,
   releaseDir,
+  sandboxAgentProcess,
   setupForRelease,
 } from "@openma/acp";
 import { forwardLoopbackTo } from "@openma/model-gateway/loopback";
@@ -57,8 +57,10 @@ class Harness {
   readonly #stop = new AbortController();
   /** The session's log as this placement saw it, in order. */
   readonly #events: CanonicalEvent[] = [];
+  /** Ids in `#events`: a reconnected stream repeats what it already delivered. */
+  readonly #eventIds = new Set<string>();
   #wake: (() => void) | null = null;
-  #turnInputIndex = -1;
+  #inTurn = false;
 
   onLine(line: string): void {
     if (line.trim() === "" || this.#exiting) return;
@@ -153,7 +155,7 @@ class Harness {
     // No standing credential: every call authenticates with the Work item's sessions token.
     const client = new Anthropic({ baseURL: `http://127.0.0.1:${apiPort}`, apiKey: null, authToken: launch.sessionsToken, maxRetries: 4 });
     const sessionId = launch.sessionId;
-    for await (const e of client.beta.sessions.events.list(sessionId, { limit: 1000 })) this.#events.push(e as unknown as CanonicalEvent);
+    for await (const e of client.beta.sessions.events.list(sessionId, { limit: 1000 })) this.#record(e as unknown as CanonicalEvent);
     const follow = this.#follow(client, sessionId);
 
     const release = KNOWN_AGENT_RELEASES.find((r) => r.id === launch.agent.id && r.version === launch.agent.version);
@@ -161,20 +163,14 @@ class Harness {
     const model = launch.model ?? undefined;
     const setup = setupForRelease(release.id, { origin: `http://127.0.0.1:${modelPort}`, key: ACP_PLACEHOLDER_KEY, model });
     if (!setup) throw new Error(`no model setup is known for ACP agent ${release.id}`);
-    const command = agentLaunch(release, {
-      agentDir: releaseDir(ACP_SANDBOX_PATHS.agents, release),
-      // The sandbox's own Node (the image's) serves releases that need a newer one than `node` on PATH.
-      nodeDir: dirname(process.execPath),
-    });
     const history = pendingTurn(this.#events)?.history ?? [...this.#events];
     const runner = new AcpSessionRunner({
       sessionId,
-      agent: {
-        id: release.id,
-        command: command.command,
-        args: command.args,
-        env: { TMPDIR: "/tmp", HOME: "/tmp", PATH: command.path, ...setup.env },
-      },
+      agent: sandboxAgentProcess(release, setup, {
+        agentDir: releaseDir(ACP_SANDBOX_PATHS.agents, release),
+        // The sandbox's own Node (the image's) serves releases that need a newer one than `node` on PATH.
+        nodeDir: dirname(process.execPath),
+      }),
       spawn: nodeSpawn,
       state: nodeStatePort(),
       history,
@@ -194,9 +190,9 @@ class Harness {
       const turn = this.#drainRequested ? null : pendingTurn(this.#events, served);
       if (turn) {
         served = turn.lastIndex;
-        this.#turnInputIndex = turn.lastIndex;
+        this.#inTurn = true;
         const result = await runner.runTurn(turn.turnId, turn.prompt);
-        this.#turnInputIndex = -1;
+        this.#inTurn = false;
         log(`turn ${turn.turnId}: ${result.stopReason}`);
         continue;
       }
@@ -212,6 +208,14 @@ class Harness {
     this.#completed = true;
     send({ type: "completed" });
     if (this.#drainRequested) send({ type: "drained" });
+  }
+
+  /** Adds `e` to the log; false when it was already there. */
+  #record(e: CanonicalEvent): boolean {
+    if (this.#eventIds.has(e.id)) return false;
+    this.#eventIds.add(e.id);
+    this.#events.push(e);
+    return true;
   }
 
   #terminated(): boolean {
@@ -247,9 +251,8 @@ class Harness {
         for await (const event of stream) {
           if (!("id" in event)) continue;
           const e = event as unknown as CanonicalEvent;
-          if (this.#events.some((known) => known.id === e.id)) continue;
-          this.#events.push(e);
-          if (e.type === "user.interrupt" && this.#turnInputIndex >= 0) {
+          if (!this.#record(e)) continue;
+          if (e.type === "user.interrupt" && this.#inTurn) {
             log("user.interrupt: session/cancel");
             void this.#runner?.interrupt().catch(() => {});
           }
